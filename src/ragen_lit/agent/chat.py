@@ -1,0 +1,71 @@
+"""Token-level chat framing: turn a tokenizer's chat template into the id pieces the rollout appends.
+
+Token-in/token-out needs the conversation as a growing list of ids: the first prompt (system + user +
+generation prompt + `<think>`), the closing ids of an assistant turn, and each later user message with
+its generation prompt. We discover these pieces once by rendering probe conversations with the
+tokenizer's own chat template and checking that the template is prefix-preserving (rendering a longer
+conversation only appends text). Templates that rewrite history (e.g. ones that drop earlier `<think>`
+blocks) are refused with a clear error instead of silently training on tokens the model never saw.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ragen_lit.agent.prompts import THINK_OPEN
+
+_ASSISTANT_PROBE = "\x00ASSISTANT\x00"
+_USER_PROBE = "\x00USER\x00"
+
+
+class ChatFormat:
+    """Id pieces of one tokenizer's chat template, e.g. for ChatML:
+    first prompt `<|im_start|>system\\n…<|im_end|>\\n<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n<think>`,
+    assistant close `<|im_end|>\\n`, next turn `<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n<think>`."""
+
+    def __init__(self, tokenizer):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template; ragen_lit needs one to build multi-turn prompts")
+        self.tokenizer = tokenizer
+        system = {"role": "system", "content": "S"}
+        user = {"role": "user", "content": "U"}
+        first = self._render([system, user], generation_prompt=True)
+        closed = self._render([system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}], generation_prompt=False)
+        if not closed.startswith(first) or not closed[len(first):].startswith(_ASSISTANT_PROBE):
+            raise ValueError(
+                "the chat template is not prefix-preserving (an assistant turn does not extend the generation "
+                "prompt); token-in/token-out rollouts need one that is"
+            )
+        self.assistant_close = closed[len(first) + len(_ASSISTANT_PROBE):]
+        followed = self._render(
+            [system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}, {"role": "user", "content": _USER_PROBE}],
+            generation_prompt=True,
+        )
+        if not followed.startswith(closed) or _USER_PROBE not in followed[len(closed):]:
+            raise ValueError("the chat template rewrites earlier turns; token-in/token-out rollouts need one that does not")
+        self._user_before, self._user_after = followed[len(closed):].split(_USER_PROBE)
+        self.assistant_close_ids = self.encode(self.assistant_close)
+        self.think_open_ids = self.encode(THINK_OPEN)
+
+    def _render(self, messages, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def first_prompt_ids(self, system: str, user: str) -> list[int]:
+        """System + first user message + generation prompt + `<think>`."""
+        text = self._render([{"role": "system", "content": system}, {"role": "user", "content": user}], True)
+        return self.encode(text + THINK_OPEN)
+
+    def next_turn_ids(self, user: str) -> list[int]:
+        """A later user message + generation prompt + `<think>` (appended after an assistant close)."""
+        return self.encode(self._user_before + user + self._user_after + THINK_OPEN)
+
+    def close_ids(self, sampled: Sequence[int]) -> list[int]:
+        """Ids that close an assistant turn after `sampled`: the template's closing text, minus the part
+        the model already sampled itself (e.g. it emitted `<|im_end|>` as its stop token)."""
+        close = self.assistant_close_ids
+        for overlap in range(min(len(close), len(sampled)), 0, -1):
+            if list(sampled[-overlap:]) == close[:overlap]:
+                return close[overlap:]
+        return list(close)

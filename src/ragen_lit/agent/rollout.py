@@ -1,0 +1,113 @@
+"""The multi-turn rollout loop: one function serves training (groups × group_size) and validation.
+
+Every turn, all unfinished episodes are generated in one engine call; the sampled ids are appended to
+the trajectory unchanged (token-in/token-out), the text is parsed into actions, the actions are
+executed in the env, and the env's reply is appended as the next user message. The training sequence
+is therefore exactly the ids the policy saw and sampled, with the loss mask on sampled ids only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ragen_lit.agent.chat import ChatFormat
+from ragen_lit.agent.parsing import parse_response
+from ragen_lit.agent.prompts import ANSWER_CLOSE, system_prompt, user_message
+from ragen_lit.agent.trajectory import Trajectory, Turn
+from ragen_lit.engines.base import Engine, SamplingParams
+
+
+@dataclass
+class EpisodeLimits:
+    max_turns: int = 5
+    max_actions_per_turn: int = 2
+    max_actions_per_episode: int = 10
+    max_new_tokens: int = 100
+    max_context_tokens: int = 2048
+    format_penalty: float = -0.1
+
+
+def rollout(
+    engine: Engine,
+    make_env: Callable[[], object],
+    seeds: Sequence[int],
+    groups: Sequence[int],
+    chat: ChatFormat,
+    limits: EpisodeLimits,
+    sampling: SamplingParams,
+) -> list[Trajectory]:
+    """Run one episode per (seed, group) pair with `engine`; returns the trajectories in input order."""
+    tokenizer = chat.tokenizer
+    envs = [make_env() for _ in seeds]
+    stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int) and i >= 0]
+    params = SamplingParams(
+        max_new_tokens=limits.max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        stop_sequences=[chat.encode(ANSWER_CLOSE)],
+        stop_token_ids=stop_ids,
+        seed=sampling.seed,
+    )
+    trajectories: list[Trajectory] = []
+    observations: list[str] = []
+    for env, seed, group in zip(envs, seeds, groups):
+        obs, _ = env.reset(seed=int(seed))
+        budget = min(limits.max_actions_per_episode, getattr(env, "max_actions_per_episode", limits.max_actions_per_episode))
+        traj = Trajectory(group=int(group), seed=int(seed))
+        system = system_prompt(env.instruction, env.actions, limits.max_actions_per_turn)
+        traj.append(chat.first_prompt_ids(system, user_message(1, obs, budget)), sampled=False)
+        trajectories.append(traj)
+        observations.append(obs)
+    actions_left = [min(limits.max_actions_per_episode, getattr(e, "max_actions_per_episode", limits.max_actions_per_episode)) for e in envs]
+    active = list(range(len(envs)))
+    for turn in range(1, limits.max_turns + 1):
+        if not active:
+            break
+        if params.seed is not None:
+            params.seed = sampling.seed + turn
+        generations = engine.generate([trajectories[i].token_ids for i in active], params)
+        still_active = []
+        for i, gen in zip(active, generations):
+            traj, env = trajectories[i], envs[i]
+            prompt_end = len(traj.token_ids)
+            traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
+            response_end = len(traj.token_ids)
+            parsed = parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
+            turn_reward, executed, done = 0.0, [], False
+            for raw in parsed.actions:
+                if actions_left[i] <= 0 or done:
+                    break
+                action = env.parse_action(raw)
+                if action is None:
+                    continue
+                obs, reward, terminated, truncated, info = env.step(action)
+                if not info.get("action_valid", True):
+                    continue
+                executed.append(action)
+                actions_left[i] -= 1
+                turn_reward += float(reward)
+                observations[i] = obs
+                traj.success = bool(info.get("success", False))
+                done = terminated or truncated
+            valid = bool(executed)
+            if not valid:
+                turn_reward += limits.format_penalty
+            traj.turns.append(Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid))
+            traj.reward += turn_reward
+            traj.num_actions += len(executed)
+            traj.append(chat.close_ids(gen.token_ids), sampled=False)
+            if done or actions_left[i] <= 0 or turn == limits.max_turns:
+                continue
+            next_ids = chat.next_turn_ids(
+                user_message(turn + 1, observations[i], actions_left[i], previous_reward=turn_reward, previous_invalid=not valid)
+            )
+            if len(traj.token_ids) + len(next_ids) + limits.max_new_tokens > limits.max_context_tokens:
+                traj.truncated_context = True
+                continue
+            traj.append(next_ids, sampled=False)
+            still_active.append(i)
+        active = still_active
+    for env in envs:
+        env.close()
+    return trajectories

@@ -1,0 +1,33 @@
+"""What one episode leaves behind: the exact token ids fed and sampled, and per-turn bookkeeping."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Turn:
+    prompt_end: int  # token_ids[:prompt_end] is this turn's prompt X (ends with the opening <think>)
+    response_end: int  # token_ids[prompt_end:response_end] were sampled by the policy
+    reasoning: str | None  # text inside <think>…</think> (None when the format was broken)
+    actions: list[str]  # canonical actions that were executed
+    reward: float  # env rewards of this turn plus the format penalty
+    valid: bool  # at least one valid action
+
+
+@dataclass
+class Trajectory:
+    group: int  # prompt identity: rollouts of one group share the env seed
+    seed: int
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[bool] = field(default_factory=list)  # True exactly on sampled (assistant) tokens
+    sample_logprobs: list[float] = field(default_factory=list)  # engine's log-prob per token (0 where not sampled)
+    turns: list[Turn] = field(default_factory=list)
+    reward: float = 0.0  # episode return: sum of turn rewards incl. format penalties
+    success: bool = False
+    num_actions: int = 0
+    truncated_context: bool = False
+
+    def append(self, ids, sampled: bool, logprobs=None) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([sampled] * len(ids))
+        self.sample_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))

@@ -1,0 +1,64 @@
+"""Trajectories → padded training tensors (right padding; everything aligned on token positions).
+
+Alignment: position t of every [B, T] tensor refers to token t. `loss_mask[b, t]` is True when token
+t was sampled by the policy; log-probs, values, rewards and advantages all live on those positions.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ragen_lit.agent.trajectory import Trajectory
+
+
+def collate(trajectories: Sequence[Trajectory], pad_token_id: int, turn_level_rewards: bool = False) -> dict[str, torch.Tensor]:
+    """Pad `trajectories` into a batch dict.
+
+    Rewards: the episode return sits on the last sampled token (ragen2.md §5); with
+    `turn_level_rewards` each turn's reward sits on that turn's last sampled token instead."""
+    if not trajectories:
+        raise ValueError("collate needs at least one trajectory")
+    B = len(trajectories)
+    T = max(len(t.token_ids) for t in trajectories)
+    input_ids = torch.full((B, T), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((B, T), dtype=torch.bool)
+    loss_mask = torch.zeros((B, T), dtype=torch.bool)
+    sample_logprobs = torch.zeros((B, T), dtype=torch.float32)
+    token_rewards = torch.zeros((B, T), dtype=torch.float32)
+    turn_end_mask = torch.zeros((B, T), dtype=torch.bool)
+    for b, traj in enumerate(trajectories):
+        n = len(traj.token_ids)
+        input_ids[b, :n] = torch.tensor(traj.token_ids, dtype=torch.long)
+        attention_mask[b, :n] = True
+        loss_mask[b, :n] = torch.tensor(traj.loss_mask, dtype=torch.bool)
+        sample_logprobs[b, :n] = torch.tensor(traj.sample_logprobs, dtype=torch.float32)
+        ends = [turn.response_end - 1 for turn in traj.turns if turn.response_end > turn.prompt_end]
+        for end, turn in zip(ends, [t for t in traj.turns if t.response_end > t.prompt_end]):
+            turn_end_mask[b, end] = True
+            if turn_level_rewards:
+                token_rewards[b, end] += turn.reward
+        if not turn_level_rewards and ends:
+            token_rewards[b, ends[-1]] += traj.reward
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "loss_mask": loss_mask,
+        "sample_logprobs": sample_logprobs,
+        "token_rewards": token_rewards,
+        "turn_end_mask": turn_end_mask,
+        "scores": torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        "group_ids": torch.tensor([t.group for t in trajectories], dtype=torch.long),
+    }
+
+
+def select_rows(batch: dict[str, torch.Tensor], rows: torch.Tensor | Sequence[int]) -> dict[str, torch.Tensor]:
+    """Rows `rows` of every tensor, trimmed to the longest remaining sequence."""
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    out = {k: v[rows] for k, v in batch.items()}
+    if out["attention_mask"].numel():
+        length = int(out["attention_mask"].sum(-1).max().item()) if len(rows) else 0
+        for k, v in out.items():
+            if v.dim() == 2:
+                out[k] = v[:, :length]
+    return out

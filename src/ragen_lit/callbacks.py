@@ -1,0 +1,116 @@
+"""Lightning callbacks that turn iterations into logs: per-iteration metrics, validation rollouts,
+the empty-filter stop rule and a progress bar."""
+from __future__ import annotations
+
+import time
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+from tqdm.auto import tqdm
+
+from ragen_lit import distributed as dist_utils
+from ragen_lit.data import rollout_metrics
+
+
+def _log(trainer, metrics: dict[str, float], step: int) -> None:
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=step)
+
+
+class IterationLogger(L.Callback):
+    """At the end of every iteration: rollout, filter, diagnostics, update and timing metrics, logged
+    with the iteration as step; also enforces `filter.empty_stop_steps`."""
+
+    def __init__(self):
+        self.history: list[dict[str, float]] = []
+        self._started = 0.0
+
+    def on_train_epoch_start(self, trainer, module):
+        self._started = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, module):
+        data = trainer.datamodule
+        metrics = dict(data.iteration_metrics)
+        metrics.update(module.pop_step_stats())
+        metrics = dist_utils.mean_over_ranks(metrics)
+        metrics["time/update_s"] = time.perf_counter() - self._started
+        metrics["time/iteration_s"] = metrics["time/update_s"] + sum(
+            metrics.get(k, 0.0) for k in ("time/generation_s", "time/diagnostics_s", "time/prepare_s")
+        )
+        iteration = trainer.current_epoch + 1
+        self.history.append({"iteration": iteration, **metrics})
+        _log(trainer, metrics, step=iteration)
+        if metrics.get("filter/empty", 0.0) >= 1.0:
+            module.empty_streak += 1
+            limit = module.cfg.filter.empty_stop_steps
+            if module.empty_streak >= limit:
+                trainer.should_stop = True
+                if trainer.is_global_zero:
+                    print(f"\nstopping: the filter kept no rollouts for {limit} iterations in a row (filter.empty_stop_steps)")
+        else:
+            module.empty_streak = 0
+
+
+class ValidationRollouts(L.Callback):
+    """Rollouts on the fixed validation seeds at the validation temperature: before the first update,
+    every `validation.every_n_iterations`, and at the end."""
+
+    def __init__(self):
+        self.results: dict[int, dict[str, float]] = {}
+
+    def run(self, trainer, module, iteration: int) -> dict[str, float]:
+        if iteration in self.results:
+            return self.results[iteration]
+        v = module.cfg.validation
+        rank, world = dist_utils.rank_and_world()
+        seeds = list(range(v.seed + rank, v.seed + v.num_envs, world))
+        trajectories = trainer.datamodule.run_rollouts(module, seeds, seeds, v.temperature, seed=v.seed)
+        metrics = dist_utils.mean_over_ranks(rollout_metrics(trajectories, prefix="val"))
+        self.results[iteration] = metrics
+        _log(trainer, metrics, step=iteration)
+        return metrics
+
+    def on_train_start(self, trainer, module):
+        if module.cfg.validation.num_envs:
+            self.run(trainer, module, trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer, module):
+        every = module.cfg.validation.every_n_iterations
+        iteration = trainer.current_epoch + 1
+        if module.cfg.validation.num_envs and every and iteration % every == 0:
+            self.run(trainer, module, iteration)
+
+    def on_train_end(self, trainer, module):
+        if module.cfg.validation.num_envs:
+            self.run(trainer, module, trainer.current_epoch)
+
+
+class IterationProgressBar(L.Callback):
+    """One tick per RL iteration with the numbers a user watches."""
+
+    def __init__(self):
+        self.bar = None
+
+    @rank_zero_only
+    def on_train_start(self, trainer, module):
+        self.bar = tqdm(total=trainer.max_epochs, initial=trainer.current_epoch, desc="iterations", unit="it", dynamic_ncols=True)
+
+    @rank_zero_only
+    def on_train_epoch_end(self, trainer, module):
+        logger = next(c for c in trainer.callbacks if isinstance(c, IterationLogger))
+        last = logger.history[-1] if logger.history else {}
+        postfix = {
+            "success": f"{last.get('rollout/success', 0):.2f}",
+            "reward": f"{last.get('rollout/reward', 0):.2f}",
+            "kept": f"{last.get('filter/kept_ratio', 0):.2f}",
+        }
+        validation = next((c for c in trainer.callbacks if isinstance(c, ValidationRollouts)), None)
+        if validation and validation.results:
+            postfix["val"] = f"{validation.results[max(validation.results)].get('val/success', 0):.2f}"
+        self.bar.set_postfix(postfix)
+        self.bar.update(1)
+
+    @rank_zero_only
+    def on_train_end(self, trainer, module):
+        if self.bar is not None:
+            self.bar.close()

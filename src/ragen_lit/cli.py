@@ -1,0 +1,134 @@
+"""`python -m ragen_lit <command>`: fit, diagnose, config. User mistakes end with one clear line."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+
+
+def fit(cfg: Config) -> dict[str, float]:
+    """Train; returns the end-of-run summary."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ragen_lit.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.data import RolloutDataModule
+    from ragen_lit.module import AgentRLModule
+    from ragen_lit.tracking import format_summary, make_logger, resolve_run_dir, summarize, write_run_info
+
+    started = time.perf_counter()
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    run_dir, ckpt_path, info = resolve_run_dir(cfg)
+    L.seed_everything(cfg.trainer.seed, verbose=False)
+    module = AgentRLModule(cfg)
+    data = RolloutDataModule(cfg, run_dir)
+    logger = make_logger(cfg, run_dir, info)
+    logger.log_hyperparams({"model.resolved_path": module.model_path}) if not info else None
+    write_run_info(run_dir, cfg, logger)
+    iteration_logger, validation = IterationLogger(), ValidationRollouts()
+    checkpoints = ModelCheckpoint(
+        dirpath=run_dir / "checkpoints", filename="iter-{epoch:04d}", every_n_epochs=cfg.trainer.checkpoint_every,
+        save_last=True, save_top_k=-1, save_on_train_epoch_end=True,
+    )
+    trainer = L.Trainer(
+        max_epochs=cfg.trainer.iterations,
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        num_nodes=cfg.trainer.num_nodes,
+        strategy=_strategy(cfg),
+        precision=cfg.trainer.precision,
+        logger=logger,
+        callbacks=[iteration_logger, validation, IterationProgressBar(), checkpoints],
+        reload_dataloaders_every_n_epochs=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        log_every_n_steps=1,
+        use_distributed_sampler=False,
+        default_root_dir=str(run_dir),
+    )
+    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    summary = summarize(iteration_logger.history, validation.results, time.perf_counter() - started)
+    if trainer.is_global_zero:
+        logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
+        logger.experiment.log_dict(logger.run_id, summary, "summary.json")
+        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
+        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+    return summary
+
+
+def _strategy(cfg: Config):
+    if cfg.trainer.strategy == "fsdp":
+        from ragen_lit.distributed_strategy import fsdp_strategy
+
+        return fsdp_strategy(cfg)
+    if cfg.trainer.strategy == "ddp":
+        from datetime import timedelta
+
+        from lightning.pytorch.strategies import DDPStrategy
+
+        return DDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes))
+    return "auto"
+
+
+def _fit_command(args) -> int:
+    overrides = list(args.overrides)
+    if args.tracking_uri:
+        overrides.append(f"logging.tracking_uri={args.tracking_uri}")
+    cfg = load_config(args.config, overrides)
+    fit(cfg)
+    return 0
+
+
+def _config_command(args) -> int:
+    cfg = load_config(args.config, list(args.overrides))
+    header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
+    sys.stdout.write(render_yaml(cfg, header))
+    return 0
+
+
+def _diagnose_command(args) -> int:
+    from ragen_lit.diagnose import run_diagnose
+
+    return run_diagnose(args.model, args.rollouts, max_tokens_per_forward=args.max_tokens_per_forward, dtype=args.dtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_fit = sub.add_parser("fit", help="train an agent (one Lightning epoch per RL iteration)")
+    p_fit.add_argument("--config", help="YAML config (see conf/)")
+    p_fit.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in logging.output_dir)")
+    p_fit.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset for algo/model")
+    p_fit.set_defaults(func=_fit_command)
+    p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
+    p_cfg.add_argument("--config")
+    p_cfg.add_argument("--header", help="first line of the YAML (the command that runs it)")
+    p_cfg.add_argument("overrides", nargs="*")
+    p_cfg.set_defaults(func=_config_command)
+    p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
+    p_diag.add_argument("--model", required=True, help="HF id or folder (or 'tiny')")
+    p_diag.add_argument("--rollouts", required=True, help="JSONL: one {prompt, reasoning, group} per line")
+    p_diag.add_argument("--max-tokens-per-forward", type=int, default=8192)
+    p_diag.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p_diag.set_defaults(func=_diagnose_command)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: checkpoints and logged metrics written so far are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

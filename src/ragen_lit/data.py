@@ -1,0 +1,193 @@
+"""`RolloutDataModule`: every epoch (= one RL iteration) generates fresh rollouts and turns them into
+the mini-batches `AgentRLModule.training_step` consumes.
+
+Per iteration (ARCHITECTURE.md): sync engine → reset envs with fresh seeds → multi-turn rollout →
+collapse diagnostics (every n iterations, before filtering) → reward-variance filter (one global keep
+mask) → old/ref log-probs, values and advantages on the kept rollouts → mini-batches.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from ragen_lit import distributed as dist_utils
+from ragen_lit.agent.rollout import EpisodeLimits, rollout
+from ragen_lit.batch import collate, select_rows
+from ragen_lit.config import Config
+from ragen_lit.engines.base import SamplingParams
+from ragen_lit.envs import make_env
+from ragen_lit.filtering import filter_stats, select_groups, select_trajectories
+
+
+def episode_limits(cfg: Config) -> EpisodeLimits:
+    r = cfg.rollout
+    return EpisodeLimits(r.max_turns, r.max_actions_per_turn, r.max_actions_per_episode, r.max_new_tokens, r.max_context_tokens, r.format_penalty)
+
+
+def plan_minibatches(num_kept: int, num_total: int, num_minibatches: int, mode: str, epochs: int, generator: torch.Generator) -> list[list[int]]:
+    """Row indices of each mini-batch (ragen2.md §4 keep-rate handling).
+
+    `scale`: always `num_minibatches` optimizer steps per epoch; each mini-batch holds ~num_kept/num_minibatches
+    rows, so a filtered iteration trains on fewer tokens. `fixed`: the unfiltered mini-batch size
+    num_total/num_minibatches is kept and the step count falls with the keep rate (reference code)."""
+    if num_kept == 0:
+        return []
+    if mode == "scale":
+        size = math.ceil(num_kept / num_minibatches)
+    elif mode == "fixed":
+        size = math.ceil(num_total / num_minibatches)
+    else:
+        raise ValueError(f"filter.minibatch={mode!r}; allowed: scale, fixed")
+    plan = []
+    for _ in range(epochs):
+        order = torch.randperm(num_kept, generator=generator).tolist()
+        plan.extend(order[i:i + size] for i in range(0, num_kept, size))
+    return plan
+
+
+class RolloutDataModule(L.LightningDataModule):
+    def __init__(self, cfg: Config, run_dir: Path | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.engine = None
+        self.iteration_metrics: dict[str, float] = {}
+
+    # -- environments -------------------------------------------------------------------------
+    def env_factory(self):
+        return partial(make_env, self.cfg.env.name, **self.cfg.env.options)
+
+    def train_seeds(self, iteration: int) -> tuple[list[int], list[int]]:
+        """This rank's (seeds, group ids): group g of iteration i has seed `rollout.seed + groups*i + g`
+        (fresh, disjoint prompts every iteration); groups are dealt round-robin to ranks."""
+        r = self.cfg.rollout
+        rank, world = dist_utils.rank_and_world()
+        seeds, groups = [], []
+        for g in range(rank, r.groups, world):
+            seeds += [r.seed + r.groups * iteration + g] * r.group_size
+            groups += [g] * r.group_size
+        return seeds, groups
+
+    # -- one iteration ------------------------------------------------------------------------
+    def _engine(self, module):
+        if self.engine is None:
+            from ragen_lit.engines import build_engine
+
+            self.engine = build_engine(self.cfg, module)
+        return self.engine
+
+    def run_rollouts(self, module, seeds, groups, temperature: float, seed: int):
+        engine = self._engine(module)
+        engine.sync(module.policy)
+        r = self.cfg.rollout
+        sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed)
+        return rollout(engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
+
+    def train_dataloader(self):
+        module = self.trainer.lightning_module
+        cfg = self.cfg
+        iteration = self.trainer.current_epoch
+        timings = {}
+        t0 = time.perf_counter()
+        seeds, groups = self.train_seeds(iteration)
+        trajectories = self.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=cfg.trainer.seed * 100003 + iteration)
+        timings["time/generation_s"] = time.perf_counter() - t0
+        metrics = rollout_metrics(trajectories)
+
+        t1 = time.perf_counter()
+        metrics.update(module.collapse_diagnostics(trajectories, iteration))
+        timings["time/diagnostics_s"] = time.perf_counter() - t1
+        if cfg.logging.save_rollouts and self.run_dir is not None:
+            save_rollouts(self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer)
+
+        keep_rows, filter_metrics = self.select(trajectories)
+        metrics.update(filter_metrics)
+        kept = [trajectories[i] for i in keep_rows]
+        plan: list[list[int]] = []
+        batch = None
+        if kept:
+            t2 = time.perf_counter()
+            batch = collate(kept, module.pad_token_id, turn_level_rewards=cfg.algo.turn_level_rewards)
+            metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
+            timings["time/prepare_s"] = time.perf_counter() - t2
+            generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
+            plan = plan_minibatches(len(kept), len(trajectories), cfg.optim.num_minibatches, cfg.filter.minibatch, cfg.algo.ppo_epochs, generator)
+        metrics.update(timings)
+        self.iteration_metrics = metrics
+        minibatches = [select_rows(batch, rows) for rows in plan] if batch is not None else []
+        # every rank must take the same number of steps (collectives), and an iteration that keeps
+        # nothing still runs one no-op step so that the epoch and its logging happen
+        steps = max(dist_utils.max_over_ranks(len(minibatches)), 1)
+        minibatches += [{"empty": torch.tensor(True)}] * (steps - len(minibatches))
+        return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
+
+    def select(self, trajectories) -> tuple[list[int], dict[str, float]]:
+        """The reward-variance filter on all ranks' groups at once; returns this rank's kept rows."""
+        f = self.cfg.filter
+        K = self.cfg.rollout.group_size
+        local = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
+        local_groups = torch.tensor([t.group for t in trajectories[::K]], dtype=torch.long)
+        rewards, group_ids = dist_utils.gather_groups(local, local_groups)
+        if f.level == "trajectory":
+            keep_rows_all = select_trajectories(rewards, f.value)
+            keep_groups = keep_rows_all.any(dim=1)
+        else:
+            keep_groups = select_groups(rewards, strategy=f.strategy, value=f.value, score=f.score, include_zero=f.include_zero, quartile=f.quartile)
+            keep_rows_all = keep_groups[:, None].expand_as(rewards)
+        stats = {f"filter/{k}": float(v) for k, v in filter_stats(rewards, keep_groups).items()}
+        position = {int(g): i for i, g in enumerate(group_ids.tolist())}
+        keep_rows = []
+        for j, g in enumerate(local_groups.tolist()):
+            row_keep = keep_rows_all[position[g]]
+            keep_rows += [j * K + k for k in range(K) if bool(row_keep[k])]
+        return keep_rows, stats
+
+    # -- resume ---------------------------------------------------------------------------------
+    def state_dict(self):
+        return {"iteration_metrics": self.iteration_metrics}
+
+    def load_state_dict(self, state):
+        self.iteration_metrics = dict(state.get("iteration_metrics", {}))
+
+
+def rollout_metrics(trajectories, prefix: str = "rollout") -> dict[str, float]:
+    n = max(len(trajectories), 1)
+    turns = [turn for t in trajectories for turn in t.turns]
+    sampled = sum(sum(t.loss_mask) for t in trajectories)
+    return {
+        f"{prefix}/success": sum(t.success for t in trajectories) / n,
+        f"{prefix}/reward": sum(t.reward for t in trajectories) / n,
+        f"{prefix}/num_turns": len(turns) / n,
+        f"{prefix}/num_actions": sum(t.num_actions for t in trajectories) / n,
+        f"{prefix}/valid_turn_rate": sum(turn.valid for turn in turns) / max(len(turns), 1),
+        f"{prefix}/format_ok_rate": sum(turn.reasoning is not None for turn in turns) / max(len(turns), 1),
+        f"{prefix}/response_tokens": sampled / max(len(turns), 1),
+        f"{prefix}/sequence_tokens": sum(len(t.token_ids) for t in trajectories) / n,
+    }
+
+
+def save_rollouts(path: Path, trajectories, tokenizer) -> None:
+    """One JSON object per reasoning sample (`prompt`, `reasoning`, `group`, …), the format `diagnose` reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        for index, traj in enumerate(trajectories):
+            for turn_index, turn in enumerate(traj.turns):
+                if turn.reasoning is None:
+                    continue
+                record = {
+                    "prompt": tokenizer.decode(traj.token_ids[: turn.prompt_end], skip_special_tokens=False),
+                    "reasoning": turn.reasoning,
+                    "group": traj.group if turn_index == 0 else f"{traj.group}/{index}/{turn_index}",
+                    "turn": turn_index + 1,
+                    "trajectory": index,
+                    "seed": traj.seed,
+                    "reward": traj.reward,
+                }
+                fh.write(json.dumps(record) + "\n")

@@ -1,0 +1,54 @@
+"""The few collectives the RL loop needs, each a no-op when torch.distributed is not initialised."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank_and_world() -> tuple[int, int]:
+    if is_distributed():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _device() -> torch.device:
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def max_over_ranks(value: int) -> int:
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.long, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def gather_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """All ranks' group rewards `[G_local, K]` → `[G, K]` sorted by group id, identical on every rank,
+    so the filter computes one global keep mask."""
+    if not is_distributed():
+        order = torch.argsort(group_ids, stable=True)
+        return rewards[order], group_ids[order]
+    parts = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, (rewards.cpu(), group_ids.cpu()))
+    all_rewards = torch.cat([p[0] for p in parts])
+    all_ids = torch.cat([p[1] for p in parts])
+    order = torch.argsort(all_ids, stable=True)
+    return all_rewards[order], all_ids[order]
+
+
+def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Average scalar metrics over ranks (every rank holds an equal share of groups)."""
+    if not is_distributed() or not metrics:
+        return metrics
+    keys = sorted(metrics)
+    t = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=_device())
+    dist.all_reduce(t)
+    t /= dist.get_world_size()
+    return dict(zip(keys, t.tolist()))

