@@ -1,0 +1,33 @@
+"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets."""
+from ragen_lit.algos.advantages import (
+    KEEP_RATE_SCALINGS,
+    bilevel_gae,
+    broadcast_to_tokens,
+    gae,
+    group_normalized_advantages,
+    rloo_advantages,
+    scale_by_keep_rate,
+    whiten,
+)
+from ragen_lit.algos.losses import KL_ESTIMATORS, LOSS_AGG_MODES, aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "KEEP_RATE_SCALINGS",
+    "KL_ESTIMATORS",
+    "LOSS_AGG_MODES",
+    "PRESETS",
+    "aggregate_loss",
+    "bilevel_gae",
+    "broadcast_to_tokens",
+    "gae",
+    "group_normalized_advantages",
+    "kl_penalty",
+    "policy_loss",
+    "rloo_advantages",
+    "scale_by_keep_rate",
+    "uses_critic",
+    "value_loss",
+    "whiten",
+]

@@ -1,0 +1,226 @@
+"""Advantage estimators: GAE, bi-level (turn-level) GAE, GRPO / Dr.GRPO, RLOO, and keep-rate scaling.
+
+Spec: `ragen2.md` §4–§5, `ragen_reference.md` §2.4 and §4.2. Token tensors are `[B, T]` (B
+trajectories, T token positions) with a bool `mask` marking the assistant (loss) tokens; sequence
+tensors are `[B]`. Every function is pure; callers run them under `torch.no_grad()` on detached
+rewards, values and scores.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+KEEP_RATE_SCALINGS = ("none", "linear", "sqrt")
+
+
+def _check_token_tensors(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    for name, tensor in tensors.items():
+        if tensor.shape != mask.shape:
+            raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(tensor.shape)}")
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the masked token sequence (Schulman et al. 2016).
+
+    δ_t = r_t + γ·V_{t'} − V_t,   A_t = δ_t + γλ·A_{t'},   R_t = A_t + V_t,
+    where t' is the next position after t with `mask` True (V_{t'} = A_{t'} = 0 after the last one).
+    Positions with `mask` False (environment / prompt / padding tokens) are skipped by the recursion:
+    their rewards and values are ignored and they get advantage 0 and return 0. No whitening (see
+    `whiten`). With γ = λ = 1, A_t is the masked return-to-go minus V_t.
+
+    rewards, values: [B, T] float; mask: [B, T] bool -> (advantages [B, T], returns [B, T]).
+    """
+    _check_token_tensors(mask, rewards=rewards, values=values)
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(rewards[:, 0])
+    next_advantage = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        valid = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = torch.where(valid, advantage, 0.0)
+        next_value = torch.where(valid, values[:, t], next_value)
+        next_advantage = torch.where(valid, advantage, next_advantage)
+    returns = torch.where(mask, advantages + values, 0.0)
+    return advantages, returns
+
+
+def whiten(advantages: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """Masked whitening: Â = (A − μ) / sqrt(σ² + eps), μ and σ² over the valid tokens of the whole batch.
+
+    σ² is the unbiased (ddof=1) variance, as in the reference code's masked whitening; with a single
+    valid token it is taken as 0. `shift_mean=False` adds μ back (scale only). Positions with `mask`
+    False are 0 in the output; with no valid token the output is all 0.
+
+    advantages: [B, T] float; mask: [B, T] bool -> [B, T] float.
+    """
+    _check_token_tensors(mask, advantages=advantages)
+    count = mask.sum()
+    if count == 0:
+        return torch.zeros_like(advantages)
+    mean = torch.where(mask, advantages, 0.0).sum() / count
+    centred = torch.where(mask, advantages - mean, 0.0)
+    variance = centred.pow(2).sum() / (count - 1) if count > 1 else centred.pow(2).sum()
+    whitened = centred * torch.rsqrt(variance + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return torch.where(mask, whitened, 0.0)
+
+
+def _last_valid_position(mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool, True at each row's last True position of `mask`."""
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, -1).max(dim=1, keepdim=True).values
+    return mask & (positions == last)
+
+
+def bilevel_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    turn_end_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    high_level_gamma: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bi-level (turn-level) GAE, `ragen_reference.md` §4.2.
+
+    A turn k is the run of valid tokens after the previous turn end up to and including its end token
+    e_k (`turn_end_mask`; each row's last valid token always closes a turn, so tokens after the last
+    marked end are not orphaned).
+
+    1. Turn level, over the end tokens only, with discount γ_h = `high_level_gamma`:
+       δ_k = r_{e_k} + γ_h·V_{e_{k+1}} − V_{e_k},   A_k = δ_k + γ_h·λ·A_{k+1}   (0 after the last turn).
+       The turn's reward is the reward on its end token (where the episode / turn reward sits).
+    2. Token level, inside each turn, with γ and λ: the end token gets the terminal reward A_k + V_{e_k}
+       and no bootstrap, so its advantage is A_k; earlier tokens t of the turn follow `gae` within the
+       turn (their own rewards r_t, bootstrapping from the next valid token of the same turn).
+    Returns R_t = A_t + V_t on valid tokens. Unlike the reference code, no whitening is applied here
+    (call `whiten` separately, as for `gae`).
+
+    rewards, values: [B, T] float; mask, turn_end_mask: [B, T] bool (turn ends must be valid tokens)
+    -> (advantages [B, T], returns [B, T]).
+    """
+    _check_token_tensors(mask, rewards=rewards, values=values, turn_end_mask=turn_end_mask)
+    if turn_end_mask.dtype != torch.bool:
+        raise ValueError(f"turn_end_mask must be a bool tensor, got dtype {turn_end_mask.dtype}")
+    if (turn_end_mask & ~mask).any():
+        raise ValueError("turn_end_mask marks positions where mask is False; turn ends must be loss tokens")
+    turn_end = turn_end_mask | _last_valid_position(mask)
+
+    turn_advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(rewards[:, 0])
+    next_advantage = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        is_end = turn_end[:, t]
+        delta = rewards[:, t] + high_level_gamma * next_value - values[:, t]
+        advantage = delta + high_level_gamma * lam * next_advantage
+        turn_advantages[:, t] = torch.where(is_end, advantage, 0.0)
+        next_value = torch.where(is_end, values[:, t], next_value)
+        next_advantage = torch.where(is_end, advantage, next_advantage)
+
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(rewards[:, 0])
+    next_advantage = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        valid, is_end = mask[:, t], turn_end[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        inner_advantage = delta + gamma * lam * next_advantage
+        advantage = torch.where(is_end, turn_advantages[:, t], inner_advantage)
+        advantages[:, t] = torch.where(valid, advantage, 0.0)
+        next_value = torch.where(valid, values[:, t], next_value)
+        next_advantage = torch.where(valid, advantage, next_advantage)
+    returns = torch.where(mask, advantages + values, 0.0)
+    return advantages, returns
+
+
+def _group_index(group_ids: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dense group index [B], group sums [G], group sizes [G]) for arbitrary integer group ids."""
+    if scores.dim() != 1 or group_ids.shape != scores.shape:
+        raise ValueError(
+            f"scores and group_ids must both be [B], got {tuple(scores.shape)} and {tuple(group_ids.shape)}"
+        )
+    if group_ids.is_floating_point():
+        raise ValueError(f"group_ids must be an integer tensor, got dtype {group_ids.dtype}")
+    _, index = torch.unique(group_ids, return_inverse=True)
+    num_groups = int(index.max()) + 1 if index.numel() else 0
+    zeros = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device)
+    sums = zeros.index_add(0, index, scores)
+    sizes = zeros.index_add(0, index, torch.ones_like(scores))
+    return index, sums, sizes
+
+
+def group_normalized_advantages(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    std_normalize: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO / Dr.GRPO sequence advantage: A_i = (s_i − mean_g) / (std_g + eps), g the group of i.
+
+    std_g is the sample std (ddof=1) of the group's scores. `std_normalize=False` is Dr.GRPO's plain
+    mean-centring A_i = s_i − mean_g. A group of one gets advantage 0 (no baseline exists).
+
+    scores: [B] float (trajectory returns); group_ids: [B] int (any values) -> [B] float.
+    """
+    index, sums, sizes = _group_index(group_ids, scores)
+    mean = sums / sizes
+    centred = scores - mean[index]
+    if std_normalize:
+        squares = torch.zeros_like(sums).index_add_(0, index, centred.pow(2))
+        std = torch.sqrt(squares / (sizes - 1).clamp_min(1))
+        centred = centred / (std[index] + eps)
+    return torch.where(sizes[index] > 1, centred, 0.0)
+
+
+def rloo_advantages(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """RLOO sequence advantage: A_i = s_i − (1/(n_g − 1))·Σ_{j∈g, j≠i} s_j (leave-one-out baseline).
+
+    A group of one gets advantage 0.
+
+    scores: [B] float; group_ids: [B] int -> [B] float.
+    """
+    index, sums, sizes = _group_index(group_ids, scores)
+    others = sizes[index] - 1
+    baseline = (sums[index] - scores) / others.clamp_min(1)
+    return torch.where(others > 0, scores - baseline, 0.0)
+
+
+def broadcast_to_tokens(seq_advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A_{i,t} = A_i on every valid token of sequence i, 0 elsewhere (GRPO-family token advantages).
+
+    seq_advantages: [B] float; mask: [B, T] bool -> [B, T] float.
+    """
+    if mask.dtype != torch.bool or mask.dim() != 2:
+        raise ValueError(f"mask must be a [B, T] bool tensor, got {mask.dtype} {tuple(mask.shape)}")
+    if seq_advantages.shape != mask.shape[:1]:
+        raise ValueError(f"seq_advantages must be [B] = [{mask.shape[0]}], got {tuple(seq_advantages.shape)}")
+    return torch.where(mask, seq_advantages[:, None], 0.0)
+
+
+def scale_by_keep_rate(advantages: torch.Tensor, keep_ratio: float, mode: str) -> torch.Tensor:
+    """Keep-rate advantage scaling (spec §4, reference §2.4): A·1 (`none`), A·ρ (`linear`), A·√ρ (`sqrt`),
+    ρ = kept groups / all groups. It scales the policy-gradient term only.
+
+    advantages: any shape float; keep_ratio in [0, 1] -> same shape.
+    """
+    if mode not in KEEP_RATE_SCALINGS:
+        raise ValueError(f"filter.advantage_scaling must be one of {KEEP_RATE_SCALINGS}, got {mode!r}")
+    if not 0.0 <= keep_ratio <= 1.0:
+        raise ValueError(f"keep_ratio must be in [0, 1], got {keep_ratio}")
+    if mode == "linear":
+        return advantages * keep_ratio
+    if mode == "sqrt":
+        return advantages * math.sqrt(keep_ratio)
+    return advantages

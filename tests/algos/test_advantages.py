@@ -1,0 +1,212 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_lit.algos import (
+    bilevel_gae,
+    broadcast_to_tokens,
+    gae,
+    group_normalized_advantages,
+    rloo_advantages,
+    scale_by_keep_rate,
+    whiten,
+)
+
+F64 = torch.float64
+
+
+def t(values, dtype=F64):
+    return torch.tensor(values, dtype=dtype)
+
+
+# ---------------------------------------------------------------- GAE
+
+
+def test_gae_gamma_lambda_one_is_return_to_go_minus_value():
+    rewards, values = t([[0.0, 0.0, 1.0]]), t([[0.5, 0.2, 0.4]])
+    adv, ret = gae(rewards, values, torch.ones(1, 3, dtype=torch.bool))
+    torch.testing.assert_close(adv, t([[0.5, 0.8, 0.6]]))
+    torch.testing.assert_close(ret, t([[1.0, 1.0, 1.0]]))
+
+
+def test_gae_discounted_by_hand():
+    # t=2: δ=1-.4=.6, A=.6 ; t=1: δ=.9*.4-.2=.16, A=.16+.45*.6=.43 ; t=0: δ=.9*.2-.5=-.32, A=-.32+.45*.43=-.1265
+    rewards, values = t([[0.0, 0.0, 1.0]]), t([[0.5, 0.2, 0.4]])
+    adv, ret = gae(rewards, values, torch.ones(1, 3, dtype=torch.bool), gamma=0.9, lam=0.5)
+    torch.testing.assert_close(adv, t([[-0.1265, 0.43, 0.6]]))
+    torch.testing.assert_close(ret, t([[0.3735, 0.63, 1.0]]))
+
+
+def test_gae_skips_masked_positions():
+    # the env token (index 1) and padding (index 3) are skipped: their rewards/values never enter
+    rewards, values = t([[0.0, 5.0, 1.0, 9.0]]), t([[0.5, 100.0, 0.4, 100.0]])
+    mask = torch.tensor([[True, False, True, False]])
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.5)
+    # t=2: A=.6 ; t=0: δ=.9*.4-.5=-.14, A=-.14+.45*.6=.13
+    torch.testing.assert_close(adv, t([[0.13, 0.0, 0.6, 0.0]]))
+    torch.testing.assert_close(ret, t([[0.63, 0.0, 1.0, 0.0]]))
+
+
+def test_gae_empty_row_is_zero():
+    adv, ret = gae(t([[1.0, 2.0]]), t([[3.0, 4.0]]), torch.zeros(1, 2, dtype=torch.bool))
+    assert adv.abs().sum() == 0 and ret.abs().sum() == 0
+
+
+def test_gae_rejects_float_mask_and_shape_mismatch():
+    with pytest.raises(ValueError, match="bool"):
+        gae(t([[1.0]]), t([[1.0]]), torch.ones(1, 1))
+    with pytest.raises(ValueError, match="values"):
+        gae(t([[1.0, 2.0]]), t([[1.0]]), torch.ones(1, 2, dtype=torch.bool))
+
+
+token_batches = st.integers(1, 4).flatmap(
+    lambda b: st.integers(1, 7).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.lists(st.floats(-5, 5), min_size=n, max_size=n), min_size=b, max_size=b),
+            st.lists(st.lists(st.floats(-5, 5), min_size=n, max_size=n), min_size=b, max_size=b),
+            st.lists(st.lists(st.booleans(), min_size=n, max_size=n), min_size=b, max_size=b),
+        )
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(token_batches)
+def test_gae_unit_gamma_lambda_equals_masked_return_to_go_minus_value(batch):
+    rewards, values, mask = t(batch[0]), t(batch[1]), torch.tensor(batch[2])
+    adv, ret = gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    masked_rewards = torch.where(mask, rewards, 0.0)
+    return_to_go = masked_rewards.flip(1).cumsum(1).flip(1)
+    torch.testing.assert_close(adv, torch.where(mask, return_to_go - values, 0.0))
+    torch.testing.assert_close(ret, torch.where(mask, return_to_go, 0.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(token_batches, st.floats(0, 1), st.floats(0, 1))
+def test_gae_equals_plain_gae_on_the_compressed_valid_tokens(batch, gamma, lam):
+    rewards, values, mask = t(batch[0]), t(batch[1]), torch.tensor(batch[2])
+    adv, _ = gae(rewards, values, mask, gamma=gamma, lam=lam)
+    for row in range(rewards.shape[0]):
+        idx = mask[row].nonzero().flatten().tolist()
+        expected, running, next_value = {}, 0.0, 0.0
+        for i in reversed(idx):
+            running = rewards[row, i].item() + gamma * next_value - values[row, i].item() + gamma * lam * running
+            expected[i], next_value = running, values[row, i].item()
+        for i in range(rewards.shape[1]):
+            assert adv[row, i].item() == pytest.approx(expected.get(i, 0.0), abs=1e-9)
+
+
+# ---------------------------------------------------------------- whitening
+
+
+def test_whiten_by_hand():
+    values = t([[1.0, 2.0, 3.0], [4.0, 50.0, 60.0]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    std = math.sqrt(5.0 / 3.0 + 1e-8)  # unbiased variance of 1..4 = 5/3
+    expected = t([[-1.5 / std, -0.5 / std, 0.5 / std], [1.5 / std, 0.0, 0.0]])
+    torch.testing.assert_close(whiten(values, mask), expected)
+    shifted = torch.where(mask, expected + 2.5, 0.0)
+    torch.testing.assert_close(whiten(values, mask, shift_mean=False), shifted)
+
+
+def test_whiten_degenerate_masks():
+    values = t([[3.0, 7.0]])
+    assert whiten(values, torch.zeros(1, 2, dtype=torch.bool)).abs().sum() == 0
+    one = torch.tensor([[False, True]])
+    torch.testing.assert_close(whiten(values, one), t([[0.0, 0.0]]))
+    torch.testing.assert_close(whiten(values, one, shift_mean=False), t([[0.0, 7.0]]))
+
+
+# ---------------------------------------------------------------- bi-level GAE
+
+# two turns: [a a e1 | env | a e2]; reward 1 on the last token
+BILEVEL_REWARDS = t([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0]])
+BILEVEL_VALUES = t([[0.1, 0.2, 0.3, 9.0, 0.4, 0.5]])
+BILEVEL_MASK = torch.tensor([[True, True, True, False, True, True]])
+BILEVEL_ENDS = torch.tensor([[False, False, True, False, False, True]])
+
+
+def test_bilevel_gae_by_hand():
+    # turn level (γ_h=.5): A_2 = 1-.5 = .5 ; A_1 = 0+.5*.5-.3 + .5*.5 = .2
+    # token level (γ=λ=1): e2 .5, then .1+.5=.6 ; e1 .2, then .1+.2=.3, .1+.3=.4
+    adv, ret = bilevel_gae(BILEVEL_REWARDS, BILEVEL_VALUES, BILEVEL_MASK, BILEVEL_ENDS, high_level_gamma=0.5)
+    torch.testing.assert_close(adv, t([[0.4, 0.3, 0.2, 0.0, 0.6, 0.5]]))
+    torch.testing.assert_close(ret, t([[0.5, 0.5, 0.5, 0.0, 1.0, 1.0]]))
+
+
+def test_bilevel_gae_with_lambda_by_hand():
+    # A_1 = -.05 + .5*.5*.5 = .075 ; tokens: .1+.5*.075=.1375, .1+.5*.1375=.16875 ; .1+.5*.5=.35
+    adv, _ = bilevel_gae(BILEVEL_REWARDS, BILEVEL_VALUES, BILEVEL_MASK, BILEVEL_ENDS, lam=0.5, high_level_gamma=0.5)
+    torch.testing.assert_close(adv, t([[0.16875, 0.1375, 0.075, 0.0, 0.35, 0.5]]))
+
+
+def test_bilevel_gae_rejects_turn_end_outside_mask():
+    ends = torch.tensor([[False, False, False, True, False, False]])
+    with pytest.raises(ValueError, match="turn_end_mask"):
+        bilevel_gae(BILEVEL_REWARDS, BILEVEL_VALUES, BILEVEL_MASK, ends)
+
+
+@settings(max_examples=40, deadline=None)
+@given(token_batches, st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+def test_bilevel_gae_single_turn_equals_gae(batch, gamma, lam, high_level_gamma):
+    # with one turn per row (only the implicit end on the last valid token) both estimators agree
+    rewards, values, mask = t(batch[0]), t(batch[1]), torch.tensor(batch[2])
+    no_ends = torch.zeros_like(mask)
+    adv, ret = bilevel_gae(rewards, values, mask, no_ends, gamma=gamma, lam=lam, high_level_gamma=high_level_gamma)
+    plain_adv, plain_ret = gae(rewards, values, mask, gamma=gamma, lam=lam)
+    torch.testing.assert_close(adv, plain_adv)
+    torch.testing.assert_close(ret, plain_ret)
+
+
+# ---------------------------------------------------------------- group baselines
+
+SCORES = t([1.0, 0.0, 0.0, 1.0, 5.0, 2.0, 4.0, 6.0])
+GROUP_IDS = torch.tensor([7, 7, 7, 7, 3, 9, 9, 9])
+
+
+def test_grpo_by_hand():
+    a = 0.5 / (math.sqrt(1.0 / 3.0) + 1e-6)
+    b = 2.0 / (2.0 + 1e-6)
+    expected = t([a, -a, -a, a, 0.0, -b, 0.0, b])
+    torch.testing.assert_close(group_normalized_advantages(SCORES, GROUP_IDS), expected)
+
+
+def test_drgrpo_is_mean_centring():
+    expected = t([0.5, -0.5, -0.5, 0.5, 0.0, -2.0, 0.0, 2.0])
+    torch.testing.assert_close(group_normalized_advantages(SCORES, GROUP_IDS, std_normalize=False), expected)
+
+
+def test_grpo_all_equal_group_is_zero():
+    adv = group_normalized_advantages(t([3.0, 3.0, 3.0]), torch.tensor([0, 0, 0]))
+    assert adv.abs().sum() == 0
+
+
+def test_rloo_by_hand():
+    expected = t([2 / 3, -2 / 3, -2 / 3, 2 / 3, 0.0, -3.0, 0.0, 3.0])
+    torch.testing.assert_close(rloo_advantages(SCORES, GROUP_IDS), expected)
+
+
+def test_group_baselines_reject_bad_ids():
+    with pytest.raises(ValueError, match="integer"):
+        group_normalized_advantages(SCORES, GROUP_IDS.double())
+    with pytest.raises(ValueError, match=r"\[B\]"):
+        rloo_advantages(SCORES, GROUP_IDS[:3])
+
+
+def test_broadcast_to_tokens():
+    mask = torch.tensor([[True, False], [True, True]])
+    torch.testing.assert_close(broadcast_to_tokens(t([2.0, -1.0]), mask), t([[2.0, 0.0], [-1.0, -1.0]]))
+
+
+def test_scale_by_keep_rate():
+    adv = t([[2.0, -4.0]])
+    torch.testing.assert_close(scale_by_keep_rate(adv, 0.25, "none"), adv)
+    torch.testing.assert_close(scale_by_keep_rate(adv, 0.25, "linear"), t([[0.5, -1.0]]))
+    torch.testing.assert_close(scale_by_keep_rate(adv, 0.25, "sqrt"), t([[1.0, -2.0]]))
+    with pytest.raises(ValueError, match="advantage_scaling"):
+        scale_by_keep_rate(adv, 0.25, "square")
+    with pytest.raises(ValueError, match="keep_ratio"):
+        scale_by_keep_rate(adv, 1.5, "linear")
