@@ -21,6 +21,7 @@ def fit(cfg: Config) -> dict[str, float]:
     from ragen_lit.tracking import format_summary, make_logger, resolve_run_dir, summarize, write_run_info
 
     started = time.perf_counter()
+    check_env(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
@@ -61,6 +62,16 @@ def fit(cfg: Config) -> dict[str, float]:
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
         print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
     return summary
+
+
+def check_env(cfg: Config) -> None:
+    """Build one env up front so a bad `env.*` value fails before any model is built."""
+    from ragen_lit.envs import make_env
+
+    try:
+        make_env(cfg.env.name, **cfg.env.options).close()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _strategy(cfg: Config):
