@@ -1,0 +1,40 @@
+import pytest
+from transformers import PreTrainedTokenizerFast
+
+from ragen_lit.agent.chat import ChatFormat
+from ragen_lit.tiny.tokenizer import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(["hello world system user assistant"] * 10, vocab_size=300)
+
+
+def test_pieces_reassemble_the_template_render(tokenizer):
+    chat = ChatFormat(tokenizer)
+    first = chat.first_prompt_ids("S", "U1")
+    convo = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "<think>A"}, {"role": "user", "content": "U2"}]
+    rendered = tokenizer.apply_chat_template(convo, tokenize=False, add_generation_prompt=True)
+    pieces = tokenizer.decode(first) + "A" + chat.assistant_close + tokenizer.decode(chat.next_turn_ids("U2"))
+    assert pieces == rendered + "<think>"
+
+
+def test_close_ids_skip_what_the_model_already_sampled(tokenizer):
+    chat = ChatFormat(tokenizer)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert chat.close_ids([5, 6]) == chat.assistant_close_ids
+    assert chat.close_ids([5, im_end]) == chat.assistant_close_ids[1:]
+
+
+def test_history_rewriting_template_is_refused(tokenizer):
+    bad = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>")
+    bad.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}{{'<|im_start|>assistant\n<|im_end|>\n'}}"
+        "{% else %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}"
+    )
+    with pytest.raises(ValueError, match="rewrites earlier turns"):
+        ChatFormat(bad)
+    bad.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        ChatFormat(bad)
