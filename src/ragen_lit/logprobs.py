@@ -1,0 +1,153 @@
+"""Token log-probabilities of a causal LM: the one implementation behind every use.
+
+Training (the policy-gradient ratio and the entropy bonus), the old-policy and reference passes, and
+the MI cross-scorer (ragen2.md §3, `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})`) all call
+`token_logprobs`. It runs the backbone once and then applies the vocabulary head chunk by chunk, so
+that full-vocabulary fp32 logits never exist for the whole batch: at most `max_tokens_per_chunk`
+positions × vocabulary at a time. Under autograd each chunk is checkpointed, so backward keeps only
+the hidden states and recomputes one chunk's logits at a time.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+# Config fields of HF models whose forward transforms the head's output before the softmax; the
+# chunked head here applies the plain linear head only, so such models are refused, not mis-scored.
+_LOGIT_TRANSFORM_FIELDS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+class LogProbs(NamedTuple):
+    """`logprobs[b, t] = log p(input_ids[b, t] | input_ids[b, <t])` ([B, T] float32) and, if asked,
+    the entropy of that same next-token distribution ([B, T] float32); both 0 where not scored."""
+
+    logprobs: Tensor
+    entropy: Tensor | None
+
+
+def default_position_ids(attention_mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only: `cumsum(mask) − 1`, clamped at 0 ([B, T] long).
+
+    Gives `arange` for right padding and shifts left-padded rows so their first real token is 0."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    max_tokens_per_chunk: int = 4096,
+    position_ids: Tensor | None = None,
+    score_mask: Tensor | None = None,
+) -> LogProbs:
+    """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
+
+    Args:
+        model: any HF causal LM (`get_decoder()` gives the backbone, `get_output_embeddings()` the head).
+        input_ids: [B, T] long.
+        attention_mask: [B, T] bool or 0/1 ints; right or left padding.
+        temperature: logits are divided by it before the log-softmax (sampling temperature).
+        with_entropy: also return the entropy of each next-token distribution.
+        max_tokens_per_chunk: most token positions whose full-vocabulary logits exist at once.
+        position_ids: [B, T] long; default `default_position_ids(attention_mask)`.
+        score_mask: [B, T] bool, optional: score only these target positions (e.g. the response
+            tokens), which saves the head's work on the rest; they come back as 0.
+
+    Returns:
+        `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
+        (and `score_mask[:, t]`, if given): position 0, padding and, with left padding, the first real
+        token (which has no real prefix) are 0.
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)}"
+        )
+    if score_mask is not None and score_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"score_mask shape {tuple(score_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if max_tokens_per_chunk < 1:
+        raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
+    decoder, head = _backbone_and_head(model)
+
+    attention_mask = attention_mask.bool()
+    if position_ids is None:
+        position_ids = default_position_ids(attention_mask)
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=position_ids, use_cache=False
+    ).last_hidden_state  # [B, T, H]
+
+    # Token t is predicted from the hidden state at t−1, so both must be real tokens.
+    scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]
+    if score_mask is not None:
+        scored = scored & score_mask[:, 1:].bool()
+    rows, prev = scored.nonzero(as_tuple=True)
+    states = hidden[rows, prev]  # [M, H]
+    targets = input_ids[rows, prev + 1]  # [M]
+
+    needs_grad = torch.is_grad_enabled() and (
+        states.requires_grad or any(p.requires_grad for p in head.parameters())
+    )
+    pieces = []
+    for start in range(0, targets.numel(), max_tokens_per_chunk):
+        stop = start + max_tokens_per_chunk
+        chunk = (head, states[start:stop], targets[start:stop], temperature, with_entropy)
+        if needs_grad:
+            pieces.append(checkpoint(_head_logprobs, *chunk, use_reentrant=False))
+        else:
+            pieces.append(_head_logprobs(*chunk))
+
+    batch, length = input_ids.shape
+    where = (rows, prev + 1)
+
+    def scatter(values: list[Tensor]) -> Tensor:
+        flat = torch.cat(values) if values else hidden.new_zeros(0, dtype=torch.float32)
+        return hidden.new_zeros(batch, length, dtype=torch.float32).index_put(where, flat)
+
+    logprobs = scatter([piece[0] for piece in pieces])
+    entropy = scatter([piece[1] for piece in pieces]) if with_entropy else None
+    return LogProbs(logprobs, entropy)
+
+
+def _head_logprobs(
+    head: torch.nn.Module, states: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor, ...]:
+    """Head + fp32 log-softmax on one chunk: (target log-prob [M], entropy [M] if asked)."""
+    logits = head(states).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_probs = logits.log_softmax(-1)  # [M, V]
+    target_logprobs = log_probs.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return (target_logprobs,)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return target_logprobs, entropy
+
+
+def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The model's decoder stack (hidden states after the final norm) and its vocabulary head."""
+    config = getattr(model, "config", None)
+    for field in _LOGIT_TRANSFORM_FIELDS:
+        if getattr(config, field, None) not in (None, 1, 1.0):
+            raise ValueError(
+                f"model config sets {field}={getattr(config, field)!r}; token_logprobs supports causal LMs "
+                "whose logits are the plain output-embedding projection"
+            )
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else getattr(model, "lm_head", None)
+    if decoder is None or decoder is model or head is None:
+        raise ValueError(
+            f"model {type(model).__name__} must be a causal LM with a separate decoder (get_decoder()/.model) "
+            "and vocabulary head (get_output_embeddings()/.lm_head)"
+        )
+    return decoder, head

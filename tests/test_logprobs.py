@@ -1,0 +1,194 @@
+"""token_logprobs against a naive full-logits computation on tiny random Qwen2 / Llama models."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from ragen_lit.logprobs import LogProbs, default_position_ids, token_logprobs
+
+VOCAB = 300
+TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
+
+def tiny_model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**TINY))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=True))
+    return model.float().eval()
+
+
+def padded_batch(lengths: list[int], total: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids with the given real lengths, padded (pad id 0) on the right or the left."""
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(1, VOCAB, (len(lengths), total), generator=generator)
+    mask = torch.zeros(len(lengths), total, dtype=torch.bool)
+    for row, length in enumerate(lengths):
+        if left:
+            mask[row, total - length :] = True
+        else:
+            mask[row, :length] = True
+    return input_ids.masked_fill(~mask, 0), mask
+
+
+def naive_logprobs(model, input_ids, mask, temperature=1.0) -> LogProbs:
+    """Full-vocabulary fp32 logits of the whole batch through the model's own forward."""
+    logits = model(
+        input_ids=input_ids, attention_mask=mask.long(), position_ids=default_position_ids(mask)
+    ).logits.float() / temperature
+    log_probs = logits[:, :-1].log_softmax(-1)
+    target = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    scored = mask[:, 1:] & mask[:, :-1]
+    pad = torch.zeros(input_ids.shape[0], 1)
+    return LogProbs(
+        torch.cat([pad, target * scored], dim=1), torch.cat([pad, entropy * scored], dim=1)
+    )
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("chunk", [1, 4096])
+def test_matches_naive_without_grad(kind, left, chunk):
+    model = tiny_model(kind)
+    input_ids, mask = padded_batch([9, 4, 12, 1], total=12, left=left)
+    with torch.no_grad():
+        got = token_logprobs(model, input_ids, mask, with_entropy=True, max_tokens_per_chunk=chunk, temperature=0.7)
+        want = naive_logprobs(model, input_ids, mask, temperature=0.7)
+    assert got.logprobs.dtype == torch.float32 and got.logprobs.shape == (4, 12)
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.entropy, want.entropy, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("left", [False, True])
+def test_gradients_match_naive(kind, left):
+    input_ids, mask = padded_batch([10, 6, 3], total=10, left=left)
+    weights = torch.randn(3, 10, generator=torch.Generator().manual_seed(2))
+
+    def grads(compute) -> dict[str, torch.Tensor]:
+        model = tiny_model(kind)
+        out = compute(model)
+        loss = (out.logprobs * weights).sum() + 0.3 * (out.entropy * weights.flip(1)).sum()
+        loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    got = grads(lambda m: token_logprobs(m, input_ids, mask, with_entropy=True, max_tokens_per_chunk=5))
+    want = grads(lambda m: naive_logprobs(m, input_ids, mask))
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_padding_and_first_position_are_zero():
+    model = tiny_model("qwen2")
+    for left in (False, True):
+        input_ids, mask = padded_batch([5, 2], total=6, left=left)
+        with torch.no_grad():
+            out = token_logprobs(model, input_ids, mask, with_entropy=True)
+        scored = torch.zeros_like(mask)
+        scored[:, 1:] = mask[:, 1:] & mask[:, :-1]
+        assert scored.sum() == 4 + 1
+        assert (out.logprobs[~scored] == 0).all() and (out.entropy[~scored] == 0).all()
+        assert (out.logprobs[scored] < 0).all() and (out.entropy[scored] > 0).all()
+
+
+def test_left_and_right_padding_agree():
+    model = tiny_model("llama")
+    right_ids, right_mask = padded_batch([7, 3], total=7, left=False)
+    left_ids = torch.zeros_like(right_ids)
+    left_mask = torch.zeros_like(right_mask)
+    for row, length in enumerate([7, 3]):
+        left_ids[row, 7 - length :] = right_ids[row, :length]
+        left_mask[row, 7 - length :] = True
+    with torch.no_grad():
+        right = token_logprobs(model, right_ids, right_mask).logprobs
+        left = token_logprobs(model, left_ids, left_mask).logprobs
+    torch.testing.assert_close(left[1, 4:], right[1, :3], atol=1e-5, rtol=0)
+    torch.testing.assert_close(left[0], right[0], atol=1e-5, rtol=0)
+
+
+def test_score_mask_scores_only_selected_positions():
+    model = tiny_model("qwen2")
+    input_ids, mask = padded_batch([8, 5], total=8, left=False)
+    score_mask = torch.zeros_like(mask)
+    score_mask[0, 5:] = True
+    score_mask[1, 0:3] = True  # includes position 0, which can never be scored
+    with torch.no_grad():
+        full = token_logprobs(model, input_ids, mask).logprobs
+        part = token_logprobs(model, input_ids, mask, score_mask=score_mask).logprobs
+    expected = torch.where(score_mask, full, torch.zeros_like(full))
+    torch.testing.assert_close(part, expected, atol=1e-6, rtol=0)
+    assert (part[1, 1:3] != 0).all() and part[1, 0] == 0
+
+
+def test_head_sees_at_most_max_tokens_per_chunk_positions():
+    model = tiny_model("qwen2")
+    seen = []
+    model.get_output_embeddings().register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    input_ids, mask = padded_batch([12, 12, 10], total=12, left=False)
+    with torch.no_grad():
+        token_logprobs(model, input_ids, mask, max_tokens_per_chunk=10)
+    assert [shape[0] for shape in seen] == [10, 10, 10, 1]  # 11 + 11 + 9 scored positions
+    assert all(shape[-1] == VOCAB for shape in seen)
+
+
+def test_autograd_keeps_no_vocabulary_sized_tensor():
+    """Under grad each chunk is checkpointed: nothing of width V is saved for backward."""
+    model = tiny_model("qwen2").train()
+    input_ids, mask = padded_batch([12, 10], total=12, left=False)
+    saved_widths = []
+
+    def pack(tensor):
+        saved_widths.append(tensor.shape[-1] if tensor.dim() else 0)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = token_logprobs(model, input_ids, mask, with_entropy=True, max_tokens_per_chunk=8)
+    assert saved_widths and VOCAB not in saved_widths
+    (out.logprobs.sum() + out.entropy.sum()).backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_frozen_model_under_grad_mode_needs_no_graph():
+    model = tiny_model("qwen2").requires_grad_(False)
+    input_ids, mask = padded_batch([6], total=6, left=False)
+    out = token_logprobs(model, input_ids, mask)
+    assert not out.logprobs.requires_grad and out.entropy is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(max_tokens_per_chunk=0), "max_tokens_per_chunk"),
+        (dict(score_mask=torch.ones(2, 3, dtype=torch.bool)), "score_mask"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, message):
+    model = tiny_model("qwen2")
+    input_ids, mask = padded_batch([4, 4], total=4, left=False)
+    with pytest.raises(ValueError, match=message):
+        token_logprobs(model, input_ids, mask, **kwargs)
+    with pytest.raises(ValueError, match="attention_mask"):
+        token_logprobs(model, input_ids, mask[:, :3])
+    with pytest.raises(ValueError, match="input_ids"):
+        token_logprobs(model, input_ids[0], mask[0])
+
+
+def test_unsupported_logit_transform_is_refused():
+    model = tiny_model("qwen2")
+    model.config.final_logit_softcapping = 30.0
+    input_ids, mask = padded_batch([4], total=4, left=False)
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        token_logprobs(model, input_ids, mask)
