@@ -23,7 +23,7 @@ from ragen_lit.batch import collate, select_rows
 from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
-from ragen_lit.filtering import filter_stats, select_groups, select_trajectories
+from ragen_lit.filtering import filter_stats, reward_variance_scores, rv_buckets, select_groups, select_trajectories
 
 
 def episode_limits(cfg: Config) -> EpisodeLimits:
@@ -107,6 +107,8 @@ class RolloutDataModule(L.LightningDataModule):
         if cfg.logging.save_rollouts and self.run_dir is not None:
             save_rollouts(self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer)
 
+        if cfg.diagnostics.gradient_buckets and module.collapse.due(iteration):
+            metrics.update(self.gradient_buckets(module, trajectories))
         keep_rows, filter_metrics = self.select(trajectories)
         metrics.update(filter_metrics)
         kept = [trajectories[i] for i in keep_rows]
@@ -127,6 +129,15 @@ class RolloutDataModule(L.LightningDataModule):
         steps = max(dist_utils.max_over_ranks(len(minibatches)), 1)
         minibatches += [{"empty": torch.tensor(True)}] * (steps - len(minibatches))
         return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
+
+    def gradient_buckets(self, module, trajectories, num_buckets: int = 6) -> dict[str, float]:
+        """Task vs regulariser gradient norms per RV bucket over *all* groups (before filtering)."""
+        K = self.cfg.rollout.group_size
+        rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
+        group_bucket = rv_buckets(reward_variance_scores(rewards, self.cfg.filter.score), min(num_buckets, rewards.shape[0]))
+        batch = collate(trajectories, module.pad_token_id, turn_level_rewards=self.cfg.algo.turn_level_rewards)
+        module.prepare_batch(batch, keep_ratio=1.0)
+        return module.gradient_bucket_norms(batch, group_bucket.repeat_interleave(K), num_buckets)
 
     def select(self, trajectories) -> tuple[list[int], dict[str, float]]:
         """The reward-variance filter on all ranks' groups at once; returns this rank's kept rows."""

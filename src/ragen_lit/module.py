@@ -29,6 +29,7 @@ from ragen_lit.algos import (
     value_loss,
     whiten,
 )
+from ragen_lit.batch import select_rows
 from ragen_lit.config import Config
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.models import load_critic, load_policy, load_tokenizer, resolve_model_path
@@ -98,7 +99,7 @@ class AgentRLModule(L.LightningModule):
     def _logprobs(self, model, batch, with_entropy=False):
         return token_logprobs(
             model, batch["input_ids"], batch["attention_mask"],
-            temperature=self.cfg.rollout.temperature, with_entropy=with_entropy,
+            temperature=self.cfg.rollout.temperature, with_entropy=with_entropy, score_mask=batch["loss_mask"],
         )
 
     @torch.no_grad()
@@ -152,6 +153,37 @@ class AgentRLModule(L.LightningModule):
             metrics["critic/value_mean"] = _masked_mean(batch["values"], mask)
         return metrics
 
+    def gradient_bucket_norms(self, batch: dict[str, torch.Tensor], row_bucket: torch.Tensor, num_buckets: int) -> dict[str, float]:
+        """Paper Fig. 3: per reward-variance bucket, the gradient norm of the task (policy-gradient)
+        loss and of the regulariser (entropy bonus + KL) on that bucket's rollouts. `batch` must be
+        prepared (`prepare_batch`); no optimizer step is taken and gradients are cleared after."""
+        a = self.cfg.algo
+        out = {}
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for bucket in range(num_buckets):
+            rows = (row_bucket == bucket).nonzero().flatten()
+            if rows.numel() == 0:
+                continue
+            sub = select_rows(batch, rows.to(batch["input_ids"].device))
+            totals = {"num_tokens": sub["loss_mask"].sum(), "num_seqs": sub["loss_mask"].any(-1).sum(), "norm_length": self.cfg.rollout.max_turns * self.cfg.rollout.max_new_tokens}
+            for kind in ("task", "reg"):
+                self.policy.zero_grad(set_to_none=True)
+                for micro in _micro_batches(sub, self.cfg.optim.micro_batch_size):
+                    lp = self._logprobs(self.policy, micro, with_entropy=kind == "reg")
+                    m = micro["loss_mask"]
+                    if kind == "task":
+                        loss = policy_loss(lp.logprobs, micro["old_logprobs"], micro["advantages"], m, clip_low=a.clip_low,
+                                           clip_high=a.clip_high, dual_clip=a.dual_clip or None, loss_agg=a.loss_agg, **totals)[0]
+                    else:
+                        loss = -a.entropy_coef * aggregate_loss(lp.entropy, m, a.loss_agg, **totals)
+                        if a.kl_coef > 0:
+                            loss = loss + a.kl_coef * aggregate_loss(kl_penalty(lp.logprobs, micro["ref_logprobs"], a.kl_estimator), m, a.loss_agg, **totals)
+                    loss.backward()
+                grads = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+                out[f"grad/{kind}_norm/q{bucket + 1}"] = float(torch.stack(grads).norm()) if grads else 0.0
+        self.policy.zero_grad(set_to_none=True)
+        return out
+
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
         return self.collapse.maybe_compute(self.policy, self.chat, trajectories, iteration, self.cfg.rollout.temperature)
 
@@ -171,6 +203,7 @@ class AgentRLModule(L.LightningModule):
             "norm_length": self.cfg.rollout.max_turns * self.cfg.rollout.max_new_tokens,
         }
         actor_opt = optimizers[0]
+        pg_total = 0.0
         for micro in _micro_batches(minibatch, o.micro_batch_size):
             lp = self._logprobs(self.policy, micro, with_entropy=a.entropy_coef > 0)
             m = micro["loss_mask"]
@@ -178,7 +211,7 @@ class AgentRLModule(L.LightningModule):
                 lp.logprobs, micro["old_logprobs"], micro["advantages"], m,
                 clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip or None, loss_agg=a.loss_agg, **totals,
             )
-            self._record("actor/pg_loss", loss)
+            pg_total += float(loss.detach())  # micro-batch losses add up to the mini-batch loss
             for k, v in stats.items():
                 self._record(f"actor/{k}", v)
             if a.entropy_coef > 0:
@@ -189,20 +222,23 @@ class AgentRLModule(L.LightningModule):
                 self._record("actor/kl", kl)
                 loss = loss + a.kl_coef * kl
             self.manual_backward(loss)
+        self._record("actor/pg_loss", pg_total)
         self._step(actor_opt, self.policy, "actor")
         schedulers[0].step()
         if self.critic is not None:
             critic_opt = optimizers[1]
+            value_total = 0.0
             for micro in _micro_batches(minibatch, o.micro_batch_size):
                 values = self.critic(micro["input_ids"], micro["attention_mask"])
                 loss, stats = value_loss(
                     values, micro["values"], micro["returns"], micro["loss_mask"],
                     clip=a.value_clip or None, loss_agg="token-mean", num_tokens=totals["num_tokens"],
                 )
-                self._record("critic/value_loss", loss)
+                value_total += float(loss.detach())
                 for k, v in stats.items():
                     self._record(f"critic/{k}", v)
                 self.manual_backward(loss)
+            self._record("critic/value_loss", value_total)
             self._step(critic_opt, self.critic, "critic")
             schedulers[1].step()
         return None
