@@ -107,7 +107,10 @@ def _config_command(args) -> int:
 def _diagnose_command(args) -> int:
     from ragen_lit.diagnose import run_diagnose
 
-    return run_diagnose(args.model, args.rollouts, max_tokens_per_forward=args.max_tokens_per_forward, dtype=args.dtype)
+    return run_diagnose(
+        args.model, args.rollouts, max_tokens_per_forward=args.max_tokens_per_forward, dtype=args.dtype,
+        max_rows=args.max_rows, seed=args.seed, device=args.device,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p_diag.add_argument("--rollouts", required=True, help="JSONL: one {prompt, reasoning, group} per line")
     p_diag.add_argument("--max-tokens-per-forward", type=int, default=8192)
     p_diag.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p_diag.add_argument("--max-rows", type=int, help="score a seeded random subsample of this many rows (cost: rows x groups pairs)")
+    p_diag.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subsample")
+    p_diag.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")
     p_diag.set_defaults(func=_diagnose_command)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -34,7 +34,7 @@ def load_tokenizer(path: str):
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a tokenizer there ({str(err).splitlines()[0]})") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -46,7 +46,7 @@ def load_policy(path: str, dtype: str) -> nn.Module:
 
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
-    except OSError as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False
     return model
