@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_lit.filtering import (

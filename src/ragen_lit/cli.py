@@ -6,31 +6,55 @@ import os
 import sys
 import time
 
+from pathlib import Path
+
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+
+_RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
 
 def fit(cfg: Config) -> dict[str, float]:
     """Train; returns the end-of-run summary."""
-    import lightning as L
     import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from ragen_lit.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.data import RolloutDataModule
-    from ragen_lit.module import AgentRLModule
-    from ragen_lit.tracking import format_summary, make_logger, resolve_run_dir, summarize, write_run_info
+    from ragen_lit.tracking import resolve_run_dir
 
     started = time.perf_counter()
     check_env(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
+    # ranks launched by Lightning re-run this command: they must share rank 0's run folder
+    inherited = os.environ.get(_RUN_DIR_ENV)
+    if inherited:
+        run_dir = Path(inherited)
+    else:
+        os.environ[_RUN_DIR_ENV] = str(run_dir)
+    try:
+        return _fit(cfg, run_dir, ckpt_path, info, started)
+    finally:
+        if not inherited:
+            os.environ.pop(_RUN_DIR_ENV, None)
+
+
+def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started: float) -> dict[str, float]:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from ragen_lit.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.data import RolloutDataModule
+    from ragen_lit.module import AgentRLModule
+    from ragen_lit.tracking import format_summary, make_logger, summarize, write_run_info
+
     L.seed_everything(cfg.trainer.seed, verbose=False)
     module = AgentRLModule(cfg)
     data = RolloutDataModule(cfg, run_dir)
     logger = make_logger(cfg, run_dir, info)
-    logger.log_hyperparams({"model.resolved_path": module.model_path}) if not info else None
-    write_run_info(run_dir, cfg, logger)
+    if rank_zero_only.rank == 0:
+        if not info:
+            logger.log_hyperparams({"model.resolved_path": module.model_path})
+        write_run_info(run_dir, cfg, logger)
     iteration_logger, validation = IterationLogger(), ValidationRollouts()
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", filename="iter-{epoch:04d}", every_n_epochs=cfg.trainer.checkpoint_every,
@@ -80,11 +104,9 @@ def _strategy(cfg: Config):
 
         return fsdp_strategy(cfg)
     if cfg.trainer.strategy == "ddp":
-        from datetime import timedelta
+        from ragen_lit.distributed_strategy import ddp_strategy
 
-        from lightning.pytorch.strategies import DDPStrategy
-
-        return DDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes))
+        return ddp_strategy(cfg)
     return "auto"
 
 

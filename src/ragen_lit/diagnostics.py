@@ -111,7 +111,6 @@ class CollapseDiagnostics(nn.Module):
             return {}
         reasonings = [chat.encode(text) for _, text, _ in pairs]
         target = torch.tensor([offset + keys.index(key) for _, _, key in pairs], dtype=torch.long)
-        device = next(policy.parameters()).device
         metric.reset()
         if pairs:
             l_tok, l_sum = cross_score(

@@ -29,6 +29,28 @@ def max_over_ranks(value: int) -> int:
     return int(t.item())
 
 
+def sum_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """Element-wise sum over ranks (returned on the tensor's own device)."""
+    if not is_distributed():
+        return tensor
+    t = tensor.to(_device())
+    dist.all_reduce(t)
+    return t.to(tensor.device)
+
+
+def sum_gradients(model: torch.nn.Module) -> None:
+    """Sum every parameter's gradient over ranks (ranks without a gradient contribute zeros), so that
+    losses normalised by global counts give the exact all-ranks gradient on every rank."""
+    if not is_distributed():
+        return
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
 def gather_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """All ranks' group rewards `[G_local, K]` → `[G, K]` sorted by group id, identical on every rank,
     so the filter computes one global keep mask."""
@@ -44,11 +66,11 @@ def gather_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch
 
 
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average scalar metrics over ranks (every rank holds an equal share of groups)."""
-    if not is_distributed() or not metrics:
+    """Average scalar metrics over the ranks that report them (key sets may differ: a rank that
+    kept no rollouts has no update statistics)."""
+    if not is_distributed():
         return metrics
-    keys = sorted(metrics)
-    t = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=_device())
-    dist.all_reduce(t)
-    t /= dist.get_world_size()
-    return dict(zip(keys, t.tolist()))
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, dict(metrics))
+    keys = sorted({k for p in parts for k in p})
+    return {k: sum(p[k] for p in parts if k in p) / sum(k in p for p in parts) for k in keys}

@@ -14,6 +14,7 @@ from collections import defaultdict
 import lightning as L
 import torch
 
+from ragen_lit import distributed as dist_utils
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.algos import (
     aggregate_loss,
@@ -189,7 +190,11 @@ class AgentRLModule(L.LightningModule):
 
     # -- the update -------------------------------------------------------------------------------
     def training_step(self, minibatch, batch_idx):
-        if "empty" in minibatch:
+        has_rows = "empty" not in minibatch
+        if int(dist_utils.sum_over_ranks(torch.tensor([int(has_rows)])).item()) == 0:
+            return None  # no rank kept anything: this iteration makes no update
+        if not has_rows:
+            self._empty_rank_step()
             return None
         a, o = self.cfg.algo, self.cfg.optim
         optimizers = self.optimizers()
@@ -197,9 +202,11 @@ class AgentRLModule(L.LightningModule):
         schedulers = self.lr_schedulers()
         schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
         mask = minibatch["loss_mask"]
+        # normalise by the mini-batch totals over all ranks: gradients are then *summed* over ranks
+        num_tokens, num_seqs = dist_utils.sum_over_ranks(torch.stack([mask.sum(), mask.any(-1).sum()]))
         totals = {
-            "num_tokens": mask.sum(),
-            "num_seqs": mask.any(-1).sum(),
+            "num_tokens": num_tokens.clamp(min=1),
+            "num_seqs": num_seqs.clamp(min=1),
             "norm_length": self.cfg.rollout.max_turns * self.cfg.rollout.max_new_tokens,
         }
         actor_opt = optimizers[0]
@@ -243,8 +250,25 @@ class AgentRLModule(L.LightningModule):
             schedulers[1].step()
         return None
 
+    def _empty_rank_step(self):
+        """This rank kept no rollouts for this mini-batch but others did: join their gradient sum with
+        zero gradients and take the same optimizer step, so the replicas stay identical."""
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        schedulers = self.lr_schedulers()
+        schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+        dist_utils.sum_over_ranks(torch.zeros(2, dtype=torch.long))  # the totals collective of training_step
+        models = [self.policy] + ([self.critic] if self.critic is not None else [])
+        for optimizer, scheduler, model, name in zip(optimizers, schedulers, models, ("actor", "critic")):
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+            self._step(optimizer, model, name)
+            scheduler.step()
+
     def _step(self, optimizer, model, name: str):
         clip = self.cfg.optim.grad_clip
+        dist_utils.sum_gradients(model)
         params = [p for p in model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
         self._record(f"{name}/grad_norm", norm)

@@ -6,7 +6,7 @@ from the exact ids an engine sampled (token-in/token-out).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 import torch

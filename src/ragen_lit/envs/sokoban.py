@@ -151,7 +151,6 @@ CARVE_MASKS: tuple[tuple[Cell, ...], ...] = (
 def carve_floor(size: int, rng: np.random.Generator) -> set[Cell]:
     """A connected random floor inside a `size` x `size` walled square: a random walk that turns
     now and then and carves a random mask around every cell it visits."""
-    interior = size - 2
     cell = (int(rng.integers(1, size - 1)), int(rng.integers(1, size - 1)))
     floor = set()
     moves = list(MOVES.values())
