@@ -1,0 +1,353 @@
+"""Tests for the batched transformers rollout engine (`ragen_lit.engines.hf`)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_lit.engines.base import Engine, SamplingParams
+from ragen_lit.engines.hf import (
+    HFEngine,
+    ends_with_stop_sequence,
+    left_pad,
+    sample_next_tokens,
+)
+
+VOCAB = 300
+PROMPTS = [[5, 17, 42], [7] * 9, [99], [5, 17, 42], [200, 3, 3, 81, 12], [5, 17, 42], [64, 65]]
+
+
+def tiny_qwen2(seed: int = 0) -> transformers.Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    return transformers.Qwen2ForCausalLM(config).float()
+
+
+@pytest.fixture(scope="module")
+def model() -> transformers.Qwen2ForCausalLM:
+    return tiny_qwen2()
+
+
+def greedy(max_new_tokens: int = 12, **kwargs) -> SamplingParams:
+    return SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, **kwargs)
+
+
+def teacher_forced_logprobs(model, prompt: list[int], generated: list[int], temperature: float) -> list[float]:
+    """log_softmax(logits / T) of each generated token from one unpadded forward over prompt + generation."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + generated])).logits[0].float()
+    scaled = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, dim=-1)
+    return scaled.gather(-1, torch.tensor(generated)[:, None])[:, 0].tolist()
+
+
+def first_stop_end(ids: list[int], stop: list[int]) -> int | None:
+    """Number of tokens up to and including the first occurrence of `stop` in `ids`, or None."""
+    for end in range(len(stop), len(ids) + 1):
+        if ids[end - len(stop) : end] == stop:
+            return end
+    return None
+
+
+def test_hf_engine_satisfies_the_engine_protocol(model):
+    assert isinstance(HFEngine(model, pad_token_id=0), Engine)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_greedy_batched_equals_one_prompt_at_a_time(model, cache):
+    # max_batch_size 3 splits the 7 prompts into chunks; duplicates exercise the dedup prefill.
+    engine = HFEngine(model, pad_token_id=0, max_batch_size=3, cache=cache)
+    batched = engine.generate(PROMPTS, greedy())
+    for prompt, generation in zip(PROMPTS, batched):
+        alone = engine.generate([prompt], greedy())[0]
+        assert generation.token_ids == alone.token_ids
+        assert generation.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+        assert generation.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        greedy(),
+        SamplingParams(max_new_tokens=12, temperature=1.0, seed=1),
+        SamplingParams(max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.9, seed=2),
+    ],
+)
+def test_logprobs_equal_teacher_forced_recomputation(model, params):
+    generations = HFEngine(model, pad_token_id=0).generate(PROMPTS, params)
+    temperature = params.temperature if params.temperature > 0 else 1.0
+    for prompt, generation in zip(PROMPTS, generations):
+        expected = teacher_forced_logprobs(model, prompt, generation.token_ids, temperature)
+        assert generation.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_greedy_picks_the_teacher_forced_argmax(model):
+    generation = HFEngine(model, pad_token_id=0).generate([PROMPTS[4]], greedy(8))[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([PROMPTS[4] + generation.token_ids])).logits[0]
+    assert logits[len(PROMPTS[4]) - 1 : -1].argmax(-1).tolist() == generation.token_ids
+
+
+def test_max_new_tokens_bounds_every_generation(model):
+    generations = HFEngine(model, pad_token_id=0).generate(PROMPTS, greedy(5))
+    assert [len(g.token_ids) for g in generations] == [5] * len(PROMPTS)
+    assert [len(g.logprobs) for g in generations] == [5] * len(PROMPTS)
+    assert {g.finish_reason for g in generations} == {"length"}
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_stop_token_ends_generation_right_after_it(model, cache):
+    engine = HFEngine(model, pad_token_id=0, cache=cache)
+    reference = engine.generate(PROMPTS, greedy(20))
+    # Each row stops at its own token 6 (first occurrence), so rows finish at different steps and
+    # finished rows are dropped from the batch while the others go on.
+    stop_ids = sorted({g.token_ids[5] for g in reference})
+    stopped = engine.generate(PROMPTS, greedy(20, stop_token_ids=stop_ids))
+    for ref, gen in zip(reference, stopped):
+        end = min(ref.token_ids.index(t) + 1 for t in stop_ids if t in ref.token_ids)
+        assert gen.token_ids == ref.token_ids[:end]
+        assert gen.logprobs == pytest.approx(ref.logprobs[:end], abs=1e-5)
+        assert gen.finish_reason == "stop"
+
+
+def test_stop_sequence_ends_generation_right_after_it(model):
+    engine = HFEngine(model, pad_token_id=0)
+    reference = engine.generate(PROMPTS, greedy(20))
+    stop_sequences = [reference[1].token_ids[3:6], reference[4].token_ids[7:9]]
+    stopped = engine.generate(PROMPTS, greedy(20, stop_sequences=stop_sequences))
+    for ref, gen in zip(reference, stopped):
+        ends = [e for e in (first_stop_end(ref.token_ids, s) for s in stop_sequences) if e is not None]
+        end = min(ends, default=20)
+        assert gen.token_ids == ref.token_ids[:end]
+        assert gen.finish_reason == ("stop" if ends else "length")
+    assert stopped[1].token_ids[-3:] == stop_sequences[0]
+
+
+def test_stop_sequence_does_not_match_across_the_prompt(model):
+    engine = HFEngine(model, pad_token_id=0)
+    prompt = PROMPTS[4]
+    reference = engine.generate([prompt], greedy(10))[0]
+    spanning = [prompt[-1], reference.token_ids[0]]
+    assert first_stop_end(reference.token_ids, spanning) is None
+    generation = engine.generate([prompt], greedy(10, stop_sequences=[spanning]))[0]
+    assert generation.token_ids == reference.token_ids
+    assert generation.finish_reason == "length"
+
+
+def test_same_seed_reproduces_and_other_seed_differs(model):
+    engine = HFEngine(model, pad_token_id=0, max_batch_size=4)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=123)
+    first = engine.generate(PROMPTS, params)
+    again = engine.generate(PROMPTS, params)
+    other = engine.generate(PROMPTS, SamplingParams(max_new_tokens=10, temperature=1.0, seed=124))
+    assert [g.token_ids for g in first] == [g.token_ids for g in again]
+    assert [g.logprobs for g in first] == [g.logprobs for g in again]
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [greedy(15), SamplingParams(max_new_tokens=15, temperature=1.0, top_p=0.95, seed=7, stop_token_ids=[11, 12, 13])],
+)
+def test_dedup_prefill_gives_the_same_results(model, params):
+    prompts = [PROMPTS[0]] * 5 + [PROMPTS[2]] * 3 + PROMPTS
+    with_dedup = HFEngine(model, pad_token_id=0, dedup_prompts=True).generate(prompts, params)
+    without = HFEngine(model, pad_token_id=0, dedup_prompts=False).generate(prompts, params)
+    assert [g.token_ids for g in with_dedup] == [g.token_ids for g in without]
+    assert [g.finish_reason for g in with_dedup] == [g.finish_reason for g in without]
+    for a, b in zip(with_dedup, without):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_one_step_samples_follow_the_model_distribution():
+    # Sharpen the head so the distribution is far from uniform; rare tokens share one chi-square cell.
+    peaked = tiny_qwen2(seed=3)
+    with torch.no_grad():
+        peaked.lm_head.weight.mul_(40.0)
+    prompt = [1, 2, 3, 4]
+    with torch.no_grad():
+        probs = torch.softmax(peaked(input_ids=torch.tensor([prompt])).logits[0, -1], dim=-1)
+    num_samples = 6000
+    generations = HFEngine(peaked, pad_token_id=0, max_batch_size=2000).generate(
+        [prompt] * num_samples, SamplingParams(max_new_tokens=1, temperature=1.0, seed=0)
+    )
+    counts = torch.bincount(torch.tensor([g.token_ids[0] for g in generations]), minlength=VOCAB).double()
+    expected = probs.double() * num_samples
+    common = expected >= 5
+    observed_cells = torch.cat([counts[common], counts[~common].sum()[None]])
+    expected_cells = torch.cat([expected[common], expected[~common].sum()[None]])
+    chi_square = float(((observed_cells - expected_cells) ** 2 / expected_cells).sum())
+    dof = len(observed_cells) - 1
+    assert expected[common].sum() > 0.5 * num_samples
+    assert chi_square < dof + 6 * math.sqrt(2 * dof)
+
+
+def test_sample_next_tokens_draws_from_the_truncated_renormalised_distribution():
+    # probs 0.5, 0.25, 0.15, 0.1: top_p 0.7 keeps the 2 most likely (mass before token 3 is 0.75).
+    probs = torch.tensor([0.15, 0.5, 0.1, 0.25])
+    logits = probs.log().repeat(20000, 1)
+    generator = torch.Generator().manual_seed(0)
+    token_ids, logprobs = sample_next_tokens(logits, 1.0, 0, 0.7, generator)
+    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
+    assert frequencies.tolist() == pytest.approx([0.0, 2 / 3, 0.0, 1 / 3], abs=0.02)
+    # Log-probs are reported before truncation.
+    assert torch.allclose(logprobs, probs.log()[token_ids])
+
+    token_ids, _ = sample_next_tokens(logits, 1.0, 3, 1.0, generator)
+    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
+    assert frequencies.tolist() == pytest.approx([0.15 / 0.9, 0.5 / 0.9, 0.0, 0.25 / 0.9], abs=0.02)
+
+    # top_k 3 renormalises to 0.556, 0.278, 0.167; top_p 0.8 keeps the first two.
+    token_ids, _ = sample_next_tokens(logits, 1.0, 3, 0.8, generator)
+    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
+    assert frequencies.tolist() == pytest.approx([0.0, 2 / 3, 0.0, 1 / 3], abs=0.02)
+
+
+def test_sample_next_tokens_temperature_scales_logprobs_and_zero_is_argmax():
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
+    token_ids, logprobs = sample_next_tokens(logits, 0.0, 0, 1.0, None)
+    assert token_ids.tolist() == [1, 0]
+    assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
+    token_ids, logprobs = sample_next_tokens(logits, 0.5, 0, 1.0, torch.Generator().manual_seed(0))
+    assert torch.allclose(logprobs, torch.log_softmax(logits / 0.5, -1).gather(-1, token_ids[:, None])[:, 0])
+
+
+def test_sample_next_tokens_nucleus_beyond_the_probe_falls_back_to_a_full_sort():
+    # A flat 1000-token distribution: the nucleus for top_p 0.5 is 500 tokens, more than the probe.
+    logits = torch.zeros(4000, 1000)
+    token_ids, _ = sample_next_tokens(logits, 1.0, 0, 0.5, torch.Generator().manual_seed(0))
+    assert len(set(token_ids.tolist())) > 300
+
+
+def test_left_pad_puts_prompts_right_aligned_with_mask():
+    input_ids, attention_mask = left_pad([[4, 5, 6], [7]], 0, torch.device("cpu"))
+    assert input_ids.tolist() == [[4, 5, 6], [0, 0, 7]]
+    assert attention_mask.tolist() == [[True, True, True], [False, False, True]]
+
+
+@given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=6), min_size=1, max_size=6))
+def test_left_pad_round_trips(prompts):
+    input_ids, attention_mask = left_pad(prompts, 0, torch.device("cpu"))
+    assert [row[mask].tolist() for row, mask in zip(input_ids, attention_mask)] == prompts
+    assert attention_mask[:, -1].all()
+
+
+def test_ends_with_stop_sequence_matches_suffixes_only():
+    generated = torch.tensor([[1, 2, 3], [2, 3, 1], [9, 9, 3]])
+    by_length = [torch.tensor([[3]]), torch.tensor([[2, 3], [7, 7]])]
+    assert ends_with_stop_sequence(generated, by_length).tolist() == [True, False, True]
+    assert ends_with_stop_sequence(generated, [torch.tensor([[9, 9, 3]])]).tolist() == [False, False, True]
+    assert ends_with_stop_sequence(generated[:, :1], [torch.tensor([[1, 2]])]).tolist() == [False, False, False]
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.permutations(list(range(5))), st.integers(0, 2**31 - 1))
+def test_results_follow_their_prompts_under_reordering(model, order, seed):
+    # Distinct prompts: identical ones are interchangeable, so only their multiset of results is fixed.
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[2], PROMPTS[4], PROMPTS[6]]
+    engine = HFEngine(model, pad_token_id=0, max_batch_size=3)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=seed)
+    baseline = engine.generate(prompts, params)
+    shuffled = engine.generate([prompts[i] for i in order], params)
+    assert [g.token_ids for g in shuffled] == [baseline[i].token_ids for i in order]
+
+
+def test_training_modes_are_restored(model):
+    model.train()
+    model.model.layers[0].eval()
+    HFEngine(model, pad_token_id=0).generate(PROMPTS[:2], greedy(3))
+    assert model.training and model.lm_head.training
+    assert not model.model.layers[0].training and not model.model.layers[0].mlp.training
+    model.eval()
+    HFEngine(model, pad_token_id=0).generate(PROMPTS[:2], greedy(3))
+    assert not any(m.training for m in model.modules())
+
+
+def test_sync_switches_the_sampled_model(model):
+    other = tiny_qwen2(seed=1)
+    engine = HFEngine(model, pad_token_id=0)
+    before = engine.generate(PROMPTS, greedy(6))
+    engine.sync(other)
+    after = engine.generate(PROMPTS, greedy(6))
+    assert after == HFEngine(other, pad_token_id=0).generate(PROMPTS, greedy(6))
+    assert after != before
+
+
+class _FailingModel(torch.nn.Module):
+    """Raises `error` from every forward."""
+
+    def __init__(self, inner: torch.nn.Module, error: Exception) -> None:
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+        self.error = error
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.inner.get_input_embeddings()
+
+    def forward(self, **kwargs):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        torch.OutOfMemoryError("CUDA out of memory"),
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"),
+    ],
+)
+def test_out_of_memory_names_the_batch_size_and_the_knob(model, error):
+    engine = HFEngine(_FailingModel(model, error), pad_token_id=0, max_batch_size=4)
+    with pytest.raises(RuntimeError, match=r"batch of 4 sequences.*rollout\.max_batch_size") as caught:
+        engine.generate(PROMPTS, greedy(3))
+    assert caught.value.__cause__ is error
+
+
+def test_other_runtime_errors_pass_through(model):
+    error = RuntimeError("shape mismatch")
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        HFEngine(_FailingModel(model, error), pad_token_id=0).generate(PROMPTS, greedy(3))
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        (SamplingParams(max_new_tokens=0), "max_new_tokens"),
+        (SamplingParams(temperature=-0.1), "temperature"),
+        (SamplingParams(temperature=float("nan")), "temperature"),
+        (SamplingParams(top_p=0.0), "top_p"),
+        (SamplingParams(top_k=-1), "top_k"),
+        (SamplingParams(stop_sequences=[[]]), "stop_sequences"),
+    ],
+)
+def test_bad_sampling_params_raise(model, params, match):
+    with pytest.raises(ValueError, match=match):
+        HFEngine(model, pad_token_id=0).generate(PROMPTS, params)
+
+
+def test_bad_prompts_and_arguments_raise(model):
+    engine = HFEngine(model, pad_token_id=0)
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.generate([[1, 2], []], greedy())
+    with pytest.raises(ValueError, match=r"\[0, 300\)"):
+        engine.generate([[1, VOCAB]], greedy())
+    with pytest.raises(ValueError, match="cache"):
+        HFEngine(model, pad_token_id=0, cache="paged")
+    with pytest.raises(ValueError, match="max_batch_size"):
+        HFEngine(model, pad_token_id=0, max_batch_size=0)
+    with pytest.raises(ValueError, match="pad_token_id"):
+        HFEngine(model, pad_token_id=-1)
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
+        engine.sync("not a model")
+    assert engine.generate([], greedy()) == []
