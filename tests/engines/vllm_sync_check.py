@@ -1,0 +1,225 @@
+"""Weight-sync proof for `VLLMEngine`, run as a script (vLLM in-process must own its process).
+
+`python tests/engines/vllm_sync_check.py OUT_DIR` builds a tiny random Qwen2 (tied embeddings, like
+Qwen2.5-0.5B), starts vLLM on it, scores fixed sequences with vLLM and with the trainer's plain
+forward, takes one Adam step on the trainer, syncs, scores again, exercises sampling and stops, and
+writes every measurement to OUT_DIR/result.json for `test_vllm_sync.py` to judge.
+
+`python tests/engines/vllm_sync_check.py OUT_DIR 2` runs 2 gloo ranks instead, each with its own
+engine on the `external_launcher` executor, and writes OUT_DIR/rank{0,1}.json.
+
+Exit code 3 means vllm is not installed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import sys
+from pathlib import Path
+
+VLLM_MISSING = 3
+VOCAB = 512
+SCORED_LENGTH = 48
+# Longer than one CPU KV-cache block (128 tokens), so its first block is prefix-cached.
+PROMPT_LENGTH = 140
+NEW_TOKENS = 16
+TEMPERATURE = 0.7
+
+
+def build_policy(folder: Path) -> None:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,  # head_dim 32: the CPU attention kernels need a multiple of 32
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
+    Qwen2ForCausalLM(config).float().save_pretrained(folder)
+
+
+def load_policy(folder: Path):
+    from transformers import Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM.from_pretrained(folder, dtype="float32")
+
+
+def start_engine(folder: Path):
+    from ragen_lit.engines.vllm import VLLMEngine
+
+    return VLLMEngine(
+        str(folder), dtype="bfloat16", max_model_len=256, seed=0, enforce_eager=True, kv_cache_memory_bytes=64 << 20
+    )
+
+
+def trainer_logprobs(policy, sequence: list[int], start: int, temperature: float = 1.0) -> list[float]:
+    """log p(sequence[t] | sequence[:t]) for t >= start, from one plain full forward (teacher forcing)."""
+    import torch
+
+    with torch.no_grad():
+        logits = policy(torch.tensor([sequence])).logits[0].float()
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    targets = torch.tensor(sequence[start:])
+    return logprobs[start - 1 : len(sequence) - 1].gather(-1, targets[:, None])[:, 0].tolist()
+
+
+def vllm_prompt_logprobs(engine, sequence: list[int]) -> list[float]:
+    """vLLM's log p(sequence[t] | sequence[:t]) for t >= 1 (prompt log-probs of one prefill)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    request = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+    output = engine.llm.generate([TokensPrompt(prompt_token_ids=sequence)], request, use_tqdm=False)[0]
+    return [step[token].logprob for step, token in zip(output.prompt_logprobs[1:], sequence[1:])]
+
+
+def policy_step(policy) -> None:
+    """One Adam step on next-token cross-entropy of random sequences; lr large so log-probs move."""
+    import torch
+
+    generator = torch.Generator().manual_seed(7)
+    batch = torch.randint(0, VOCAB, (4, 32), generator=generator)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=5e-2)
+    policy(batch, labels=batch).loss.backward()
+    optimizer.step()
+
+
+def fixed_sequences() -> tuple[list[int], list[int]]:
+    rng = random.Random(0)
+    scored = [rng.randrange(VOCAB) for _ in range(SCORED_LENGTH)]
+    prompt = [rng.randrange(VOCAB) for _ in range(PROMPT_LENGTH)]
+    return scored, prompt
+
+
+def single_process(out_dir: Path) -> None:
+    import torch
+
+    from ragen_lit.engines.base import SamplingParams
+    from ragen_lit.engines.vllm import mean_abs_logprob_diff
+
+    build_policy(out_dir / "policy")
+    policy = load_policy(out_dir / "policy")
+    scored, prompt = fixed_sequences()
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
+    engine = start_engine(out_dir / "policy")
+
+    result: dict = {"engine_dtype": str(engine.dtype)}
+    result["vllm_before"] = vllm_prompt_logprobs(engine, scored)
+    result["trainer_before"] = trainer_logprobs(policy, scored, 1)
+    before = engine.generate([prompt], greedy)[0]
+    result["greedy_before"] = {
+        "vllm": before.logprobs,
+        "trainer": trainer_logprobs(policy, prompt + before.token_ids, PROMPT_LENGTH),
+    }
+
+    policy_step(policy)
+    engine.sync(policy)
+
+    result["vllm_after"] = vllm_prompt_logprobs(engine, scored)
+    result["trainer_after"] = trainer_logprobs(policy, scored, 1)
+    # Same prompt as before the sync: a prefix cache left from the old weights would show here.
+    after = engine.generate([prompt], greedy)[0]
+    result["greedy_after"] = {
+        "tokens": after.token_ids,
+        "finish_reason": after.finish_reason,
+        "vllm": after.logprobs,
+        "trainer": trainer_logprobs(policy, prompt + after.token_ids, PROMPT_LENGTH),
+    }
+
+    sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE, seed=1)
+    samples = engine.generate([prompt] * 4, sampling)
+    sample_logprobs = torch.tensor([s.logprobs for s in samples])
+    trainer_sample_logprobs = torch.tensor(
+        [trainer_logprobs(policy, prompt + s.token_ids, PROMPT_LENGTH, TEMPERATURE) for s in samples]
+    )
+    every_token = torch.ones_like(sample_logprobs, dtype=torch.bool)
+    result["sampled"] = {
+        "tokens": [s.token_ids for s in samples],
+        "mismatch": mean_abs_logprob_diff(sample_logprobs, trainer_sample_logprobs, every_token),
+    }
+
+    # Seeded sampling repeats itself, so a rerun with stops must end inside the first sample.
+    first = samples[0].token_ids
+    stop_sequence, stop_token = first[5:7], first[9]
+    by_sequence = engine.generate([prompt], SamplingParams(**{**vars(sampling), "stop_sequences": [stop_sequence]}))[0]
+    by_token = engine.generate([prompt], SamplingParams(**{**vars(sampling), "stop_token_ids": [stop_token]}))[0]
+    result["stops"] = {
+        "sample": first,
+        "stop_sequence": stop_sequence,
+        "stop_token": stop_token,
+        "by_sequence": [by_sequence.token_ids, by_sequence.finish_reason, len(by_sequence.logprobs)],
+        "by_token": [by_token.token_ids, by_token.finish_reason, len(by_token.logprobs)],
+    }
+
+    # Last, since a failed reload leaves vLLM's weights undefined: names vLLM does not know.
+    misnamed = torch.nn.Module()
+    misnamed.policy = policy
+    try:
+        engine.sync(misnamed)
+        result["misnamed_sync_error"] = None
+    except RuntimeError as error:
+        result["misnamed_sync_error"] = str(error)
+    (out_dir / "result.json").write_text(json.dumps(result))
+
+
+def rank_process(rank: int, port: int, out_dir: Path) -> None:
+    """One of 2 ranks: engine on the external launcher, the same update on both, sync, score."""
+    import torch.distributed as dist
+
+    from ragen_lit.engines.base import SamplingParams
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    # Left initialised: vLLM tears the default group down itself when the engine shuts down.
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    policy = load_policy(out_dir / "policy")
+    scored, prompt = fixed_sequences()
+    engine = start_engine(out_dir / "policy")
+    backend = engine.llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
+    policy_step(policy)
+    engine.sync(policy)
+    sample = engine.generate([prompt], SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0))[0]
+    result = {
+        "distributed": engine.distributed,
+        "backend": backend,
+        "vllm_after": vllm_prompt_logprobs(engine, scored),
+        "trainer_after": trainer_logprobs(policy, scored, 1),
+        "unseeded_sample": sample.token_ids,
+    }
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
+
+
+def two_ranks(out_dir: Path) -> None:
+    import torch.multiprocessing as mp
+
+    build_policy(out_dir / "policy")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(rank_process, args=(port, out_dir), nprocs=2, join=True)
+
+
+def main(out_dir: Path, ranks: int) -> None:
+    try:
+        import vllm  # noqa: F401
+    except ModuleNotFoundError as error:
+        if error.name == "vllm":
+            sys.exit(VLLM_MISSING)
+        raise
+    if ranks == 1:
+        single_process(out_dir)
+    elif ranks == 2:
+        two_ranks(out_dir)
+    else:
+        raise ValueError(f"ranks must be 1 or 2, got {ranks}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 1)
