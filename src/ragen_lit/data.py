@@ -152,6 +152,7 @@ class RolloutDataModule(L.LightningDataModule):
         else:
             keep_groups = select_groups(rewards, strategy=f.strategy, value=f.value, score=f.score, include_zero=f.include_zero, quartile=f.quartile)
             keep_rows_all = keep_groups[:, None].expand_as(rewards)
+        dist_utils.assert_same_on_all_ranks(keep_groups, "filter keep mask")
         stats = {f"filter/{k}": float(v) for k, v in filter_stats(rewards, keep_groups).items()}
         position = {int(g): i for i, g in enumerate(group_ids.tolist())}
         keep_rows = []

@@ -94,7 +94,8 @@ class CollapseDiagnostics(nn.Module):
             if self.cfg.trajectory:
                 scopes.append(("trajectory", self.trajectory, trajectory_pairs(trajectories, self.cfg.num_samples, rng)))
             for name, metric, pairs in scopes:
-                out.update({f"collapse/{name}/{k}": v for k, v in self._score(policy, chat, metric, pairs).items()})
+                # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
+                out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in self._score(policy, chat, metric, pairs).items()})
         finally:
             policy.train(was_training)
         return out

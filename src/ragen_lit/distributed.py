@@ -51,6 +51,16 @@ def sum_gradients(model: torch.nn.Module) -> None:
         dist.all_reduce(p.grad)
 
 
+def assert_same_on_all_ranks(tensor: torch.Tensor, what: str) -> None:
+    """Fail loudly (instead of silently diverging replicas) if ranks disagree on `tensor`."""
+    if not is_distributed():
+        return
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, tensor.cpu().tolist())
+    if any(p != parts[0] for p in parts):
+        raise RuntimeError(f"ranks disagree on the {what}: {parts}")
+
+
 def gather_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """All ranks' group rewards `[G_local, K]` → `[G, K]` sorted by group id, identical on every rank,
     so the filter computes one global keep mask."""
