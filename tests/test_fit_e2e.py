@@ -65,7 +65,8 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("preset", ["ppo", "dapo", "grpo", "drgrpo"])
 def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
-    summary = fit(_cfg(tmp_path, tiny_model_dir, f"algo={preset}", "trainer.iterations=2", "filter.strategy=none", "validation.num_envs=0"))
+    summary = fit(_cfg(tmp_path, tiny_model_dir, f"algo={preset}", "trainer.iterations=2", "filter.strategy=none",
+                       "validation.num_envs=0", "rollout.max_turns=1", "diagnostics.every_n_steps=0"))
     assert summary["iterations"] == 2
     row = _runs(tmp_path).iloc[0]
     assert row["params.algo.name"] == preset
@@ -75,7 +76,7 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))
 def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
-    summary = fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=1", "validation.num_envs=2", config=config))
+    summary = fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=1", "validation.num_envs=2", "diagnostics.num_samples=4", config=config))
     assert summary["iterations"] == 1
 
 

@@ -196,11 +196,24 @@ class AgentRLModule(L.LightningModule):
         if not has_rows:
             self._empty_rank_step()
             return None
-        a, o = self.cfg.algo, self.cfg.optim
+        self.update(minibatch, *self._optimizers_and_schedulers())
+        return None
+
+    def _optimizers_and_schedulers(self):
         optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         schedulers = self.lr_schedulers()
-        schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+        return (optimizers if isinstance(optimizers, list) else [optimizers],
+                schedulers if isinstance(schedulers, list) else [schedulers])
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:  # used outside a Trainer (benchmarks): plain autograd
+            loss.backward()
+
+    def update(self, minibatch, optimizers, schedulers) -> None:
+        """One optimizer step of the actor (and critic) on one prepared mini-batch."""
+        a, o = self.cfg.algo, self.cfg.optim
         mask = minibatch["loss_mask"]
         # normalise by the mini-batch totals over all ranks: gradients are then *summed* over ranks
         num_tokens, num_seqs = dist_utils.sum_over_ranks(torch.stack([mask.sum(), mask.any(-1).sum()]))
@@ -228,7 +241,7 @@ class AgentRLModule(L.LightningModule):
                 kl = aggregate_loss(kl_penalty(lp.logprobs, micro["ref_logprobs"], a.kl_estimator), m, a.loss_agg, **totals)
                 self._record("actor/kl", kl)
                 loss = loss + a.kl_coef * kl
-            self.manual_backward(loss)
+            self._backward(loss)
         self._record("actor/pg_loss", pg_total)
         self._step(actor_opt, self.policy, "actor")
         schedulers[0].step()
@@ -244,19 +257,15 @@ class AgentRLModule(L.LightningModule):
                 value_total += float(loss.detach())
                 for k, v in stats.items():
                     self._record(f"critic/{k}", v)
-                self.manual_backward(loss)
+                self._backward(loss)
             self._record("critic/value_loss", value_total)
             self._step(critic_opt, self.critic, "critic")
             schedulers[1].step()
-        return None
 
     def _empty_rank_step(self):
         """This rank kept no rollouts for this mini-batch but others did: join their gradient sum with
         zero gradients and take the same optimizer step, so the replicas stay identical."""
-        optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-        schedulers = self.lr_schedulers()
-        schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+        optimizers, schedulers = self._optimizers_and_schedulers()
         dist_utils.sum_over_ranks(torch.zeros(2, dtype=torch.long))  # the totals collective of training_step
         models = [self.policy] + ([self.critic] if self.critic is not None else [])
         for optimizer, scheduler, model, name in zip(optimizers, schedulers, models, ("actor", "critic")):

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from ragen_lit.algos.advantages import _check_token_tensors
+
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 # Keeps exp() and its gradient finite for wildly off-policy tokens (|log ρ| > 20 means ρ > 4.8e8).
 _MAX_LOG_RATIO = 20.0
-
-
-def _check_token_tensors(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
-    if mask.dim() != 2:
-        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
-    for name, tensor in tensors.items():
-        if tensor.shape != mask.shape:
-            raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(tensor.shape)}")
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
