@@ -1,0 +1,80 @@
+"""`scripts/bench_step.py`: the FLOP count by hand, and the whole benchmark in --smoke mode (CPU)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_step.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("bench_step", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_update_flops_by_hand():
+    bench = _load_script()
+    config = SimpleNamespace(hidden_size=2, num_hidden_layers=1, vocab_size=3)
+    # two sequences of 3 and 2 real tokens; scored positions: (0, 2) and (1, 1) -> h = 1 and 1
+    minibatch = {
+        "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool),
+        "loss_mask": torch.tensor([[0, 0, 1], [0, 1, 0]], dtype=torch.bool),
+    }
+    exact, naive = bench.update_flops(config, [minibatch], policy_params=10, critic_params=7)
+    # V·d = 6; tokens = 5; scored = 2; attention = 12·1·2·(9 + 4) = 312
+    policy = 6 * (10 - 6) * 5 + 6 * 6 * 2 + 312  # 120 + 72 + 312
+    critic = 6 * (7 - 6) * 5 + 312  # 30 + 312
+    assert exact == policy + critic == 846
+    assert naive == (6 * 10 * 5 + 312) + (6 * 7 * 5 + 312) == 1134
+
+
+def test_micro_batches_trim_each_slice_to_its_longest_sequence():
+    bench = _load_script()
+    batch = {
+        "input_ids": torch.arange(12).view(3, 4),
+        "attention_mask": torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool),
+        "scores": torch.tensor([1.0, 2.0, 3.0]),
+    }
+    parts = list(bench.micro_batches(batch, 2))
+    assert [p["attention_mask"].shape for p in parts] == [(2, 2), (1, 3)]
+    assert parts[0]["input_ids"].tolist() == [[0, 1], [4, 5]]
+    assert parts[1]["scores"].tolist() == [3.0]
+
+
+@pytest.mark.slow
+def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--static", "--profile", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for label in ("generation (rollout loop)", "update (actor + critic)", "transformers generate", "plain HF labels= update"):
+        assert label in done.stdout
+    res = json.loads(out.read_text())
+    # smoke workload: 2 groups x 4 rollouts, 2 turns of at most 8 sampled tokens each
+    assert res["workload"]["rollouts"] == 8
+    assert res["workload"]["turns"] == 16
+    assert 0 < res["workload"]["sampled_tokens"] <= 8 * 2 * 8
+    step = res["step"]
+    assert step["diagnostics_amortised_s"] == pytest.approx(step["diagnostics_iteration_s"] / 5)
+    parts = step["generation_s"] + step["prepare_s"] + step["update_s"] + step["other_s"] + step["diagnostics_amortised_s"]
+    assert step["step_s"] == pytest.approx(parts)
+    assert step["diagnostics_iteration_s"] > 0 and step["update_s"] > 0
+    # synthetic reasoning is about as long as the turn (re-encoding the joined text may split a little differently)
+    assert 4 <= res["workload"]["diagnostics_reasoning_tokens_mean"] <= 10
+    for name in ("engine_dynamic", "engine_static", "hf_generate"):
+        assert res["baselines"][name]["tokens"] > 0
+    assert res["baselines"]["hf_generate"]["tokens"] == 8 * 2 * 8  # generate is forced to the full budget
+    assert res["profile"]
+    assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
