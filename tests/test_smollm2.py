@@ -230,3 +230,22 @@ def test_greedy_chat_reply(tokenizer, policy):
     reply = smollm2.greedy_reply(policy, tokenizer, "What is 2+3?")
     assert reply
     assert "5" in reply
+
+
+@needs_package
+def test_one_frozenlake_iteration_with_the_preset(converted, tmp_path):
+    """The `model=smollm2-135m` preset runs the same rollout and training code as every model."""
+    from ragen_lit.cli import fit
+    from ragen_lit.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(str(root / "conf" / "frozenlake.yaml"), [
+        "model=smollm2-135m", f"logging.output_dir={tmp_path}", "trainer.iterations=1", "trainer.threads=1",
+        "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=16",
+        "validation.num_envs=0", "filter.strategy=none", "diagnostics.every_n_steps=0", "algo=grpo",
+        "optim.num_minibatches=1", "optim.micro_batch_size=2",
+    ])
+    summary = fit(cfg)
+    assert summary["iterations"] == 1
+    run = next(tmp_path.glob("frozenlake-grpo-*"))
+    assert (run / "checkpoints" / "last.ckpt").is_file()
