@@ -1,0 +1,28 @@
+"""Build the embedded default model `model: tiny` (tokenizer + small Qwen3 LM, SFT-warm-started).
+
+    python scripts/build_tiny_model.py                 # into the user cache (reused if already built)
+    python scripts/build_tiny_model.py --out DIR --force
+
+`python -m ragen_lit fit` builds the same folder on first use; this script is for building it ahead
+of time or somewhere else. It prints the one-line summary (parameters, SFT steps, final loss,
+validation success at T=0.5, timings).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ragen_lit.tiny.build import build_tiny_model, default_cache_dir, FOLDER_NAME, BUILD_INFO
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help=f"model folder (default: {default_cache_dir() / FOLDER_NAME})")
+    parser.add_argument("--force", action="store_true", help="rebuild even if the folder already holds this recipe's model")
+    args = parser.parse_args()
+    folder = build_tiny_model(args.out, force=args.force)
+    print(f"tiny model folder: {folder} (build record: {folder / BUILD_INFO})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Build the embedded default model `model: tiny` offline, in well under two minutes on 2 CPU cores.
+
+Steps (all deterministic given `TinyRecipe.seed` and the thread count):
+
+1. render expert episodes of every env through the real chat template and rollout loop with a
+   byte-only tokenizer, and train the byte-level BPE on that text (`tiny/tokenizer.py`);
+2. roll out the scripted expert (`tiny/expert.py`, imperfect with probability `epsilon` per turn)
+   with the trained tokenizer: multi-turn FrozenLake episodes with the project's default limits plus
+   a few episodes of the other envs, giving token ids and loss masks exactly as RL will see them;
+3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`tiny/sft.py`);
+4. measure validation success (FrozenLake 4x4, p=0.8, seeds 123.., temperature 0.5) with the
+   transformers engine, and save model + tokenizer + `tiny_build.json` (recipe and summary).
+
+The architecture is Qwen3 (Qwen2's layout plus q/k norms, no q/k/v biases) rather than Qwen2:
+transformers 5 loads every `model_type: qwen2` folder with `Qwen2Tokenizer`, which rebuilds its own
+word-splitting pre-tokenizer and ignores the one saved in tokenizer.json, so `AutoTokenizer` would
+silently re-tokenize this model's text; for `qwen3` it honours the saved tokenizer. The size (hidden
+64, 2 layers) and the SFT budget were chosen by measurement on 2 CPU cores: at equal time a smaller
+model taking more optimizer steps learns to copy and compare board coordinates much sooner than the
+hidden-128, 4-layer one (fp32: this CPU has no bf16 matrix units, bf16 runs ~10x slower).
+
+The folder is built in a temporary sibling and renamed into place under a file lock, so concurrent
+builders never see a half-written model: the first builds, the others wait and reuse it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from filelock import FileLock
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from ragen_lit.agent.chat import ChatFormat
+from ragen_lit.agent.rollout import EpisodeLimits, rollout
+from ragen_lit.agent.trajectory import Trajectory
+from ragen_lit.engines.base import SamplingParams
+from ragen_lit.engines.hf import HFEngine
+from ragen_lit.envs import ENV_CLASSES, make_env
+from ragen_lit.tiny.expert import ExpertEngine
+from ragen_lit.tiny.sft import supervised_finetune
+from ragen_lit.tiny.tokenizer import byte_tokenizer, train_tokenizer
+
+CACHE_ENV = "RAGEN_LIT_CACHE"
+FOLDER_NAME = "tiny-v1"
+BUILD_INFO = "tiny_build.json"
+# Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
+CORPUS_SEED = 5_000_000
+SFT_SEED = 6_000_000
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """Everything that determines the built model; a cached folder is reused only for the same recipe."""
+
+    vocab_size: int = 1536  # BPE entries (bytes + merges + 3 special tokens); the 4 tags come on top
+    corpus_episodes: int = 200  # FrozenLake episodes rendered for the tokenizer corpus (other envs: a quarter each)
+    # Sized for 2 CPU cores (a sweep of sizes/steps/epsilon on this machine): small enough that SFT fits
+    # the build budget and RL iterations take seconds, large enough to follow the format everywhere.
+    hidden_size: int = 64
+    intermediate_size: int = 256
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    sft_episodes: int = 1200  # FrozenLake expert episodes for SFT
+    other_env_episodes: int = 40  # expert episodes of each other env, so the format holds everywhere
+    epsilon: float = 0.25  # probability per turn that the expert plays one random move (RL headroom)
+    sft_steps: int = 700
+    batch_size: int = 8
+    learning_rate: float = 5e-3
+    context_weight: float = 0.5  # SFT loss weight of prompt/env tokens relative to sampled ones (auxiliary LM loss)
+    val_envs: int = 64  # FrozenLake validation seeds 123.. (0 skips the measurement)
+    val_temperature: float = 0.5
+    seed: int = 0
+    threads: int = 2  # torch CPU threads during the build
+
+
+def default_cache_dir() -> Path:
+    """`$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "ragen_lit"
+
+
+def build_tiny_model(
+    path: Path | str | None = None,
+    *,
+    force: bool = False,
+    recipe: TinyRecipe = TinyRecipe(),
+    log: Callable[[str], None] = print,
+) -> Path:
+    """The folder of the tiny model (tokenizer + `Qwen3ForCausalLM`), built if it is missing, was built
+    from another recipe, or `force` is set. Default folder: `default_cache_dir() / "tiny-v1"`."""
+    target = Path(path).expanduser() if path is not None else default_cache_dir() / FOLDER_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not force and built_recipe(target) == dataclasses.asdict(recipe):
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            summary = _build(staging, recipe)
+            if target.exists():
+                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+                target.rename(retired / target.name)
+                shutil.rmtree(retired, ignore_errors=True)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    log(format_summary(summary))
+    return target
+
+
+def built_recipe(folder: Path) -> dict | None:
+    """The recipe a complete tiny-model folder was built from, None if there is none."""
+    try:
+        return json.loads((folder / BUILD_INFO).read_text())["recipe"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def format_summary(summary: dict) -> str:
+    val = summary["val_success"]
+    val_text = "skipped" if val is None else f"{val:.1%} on {summary['val_envs']} maps at T={summary['val_temperature']}"
+    return (
+        f"tiny model: {summary['parameters'] / 1e6:.2f}M params, vocab {summary['vocab']}, "
+        f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes (epsilon {summary['epsilon']}), "
+        f"final loss {summary['final_loss']:.3f}, validation success {val_text}, "
+        f"expert success {summary['expert_success']:.1%}, built in {summary['build_seconds']:.0f}s "
+        f"({', '.join(f'{stage} {s:.0f}s' for stage, s in summary['seconds'].items())})"
+    )
+
+
+def _build(folder: Path, recipe: TinyRecipe) -> dict:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock, 1)
+        clock = now
+
+    try:
+        tokenizer = train_tokenizer(tokenizer_corpus(recipe), recipe.vocab_size)
+        lap("tokenizer")
+        chat = ChatFormat(tokenizer)
+        expert = ExpertEngine(tokenizer, epsilon=recipe.epsilon, seed=recipe.seed)
+        lake = expert_episodes(expert, chat, "frozenlake", SFT_SEED, recipe.sft_episodes)
+        others = [
+            t
+            for name in sorted(ENV_CLASSES)
+            if name != "frozenlake"
+            for t in expert_episodes(expert, chat, name, SFT_SEED, recipe.other_env_episodes)
+        ]
+        lap("expert")
+        torch.manual_seed(recipe.seed)
+        model = Qwen3ForCausalLM(model_config(recipe, tokenizer))
+        losses = supervised_finetune(
+            model,
+            lake + others,
+            steps=recipe.sft_steps,
+            batch_size=recipe.batch_size,
+            learning_rate=recipe.learning_rate,
+            pad_token_id=tokenizer.pad_token_id,
+            seed=recipe.seed,
+            context_weight=recipe.context_weight,
+        )
+        lap("sft")
+        val_success = validation_success(model, chat, recipe) if recipe.val_envs > 0 else None
+        lap("validation")
+        summary = {
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "vocab": len(tokenizer),
+            "sft_steps": recipe.sft_steps,
+            "sft_episodes": len(lake) + len(others),
+            "epsilon": recipe.epsilon,
+            "final_loss": sum(losses[-10:]) / len(losses[-10:]),
+            "expert_success": sum(t.success for t in lake) / len(lake),
+            "val_success": val_success,
+            "val_envs": recipe.val_envs,
+            "val_temperature": recipe.val_temperature,
+        }
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        lap("save")
+        summary["seconds"] = seconds
+        summary["build_seconds"] = sum(seconds.values())
+        (folder / BUILD_INFO).write_text(json.dumps({"recipe": dataclasses.asdict(recipe), "summary": summary}, indent=2))
+        return summary
+    finally:
+        torch.set_num_threads(threads)
+
+
+def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
+    """Full chat transcripts of expert episodes of every env, rendered with the byte-only tokenizer
+    (so the corpus holds exactly the text the model will read and write)."""
+    tokenizer = byte_tokenizer()
+    chat = ChatFormat(tokenizer)
+    expert = ExpertEngine(tokenizer, epsilon=0.3, seed=recipe.seed)
+    texts = []
+    for name in sorted(ENV_CLASSES):
+        count = recipe.corpus_episodes if name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
+        for trajectory in expert_episodes(expert, chat, name, CORPUS_SEED, count, max_new_tokens=1024):
+            texts.append(tokenizer.decode(trajectory.token_ids, skip_special_tokens=False))
+    return texts
+
+
+def expert_episodes(
+    expert: ExpertEngine, chat: ChatFormat, env_name: str, first_seed: int, count: int, max_new_tokens: int = 100
+) -> list[Trajectory]:
+    """`count` expert episodes of `env_name` (default options) with the default episode limits."""
+    if count <= 0:
+        return []
+    seeds = list(range(first_seed, first_seed + count))
+    limits = EpisodeLimits(max_new_tokens=max_new_tokens)
+    return rollout(expert, lambda: make_env(env_name), seeds, seeds, chat, limits, SamplingParams())
+
+
+def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_kv_heads,
+        head_dim=recipe.hidden_size // recipe.num_heads,
+        max_position_embeddings=tokenizer.model_max_length,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def validation_success(model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, env_name: str = "frozenlake") -> float:
+    """Success rate of `model` on the validation seeds 123.. of `env_name`, one rollout each."""
+    seeds = list(range(123, 123 + recipe.val_envs))
+    engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id)
+    sampling = SamplingParams(temperature=recipe.val_temperature, seed=recipe.seed)
+    trajectories = rollout(engine, lambda: make_env(env_name), seeds, seeds, chat, EpisodeLimits(), sampling)
+    return sum(t.success for t in trajectories) / len(trajectories)

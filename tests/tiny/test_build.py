@@ -1,0 +1,124 @@
+"""Building the tiny model with a reduced budget: loadable by the Auto classes, follows the response
+format greedily, cached per recipe, safe under concurrent builders."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ragen_lit.agent.chat import ChatFormat
+from ragen_lit.agent.rollout import EpisodeLimits, rollout
+from ragen_lit.engines.base import SamplingParams
+from ragen_lit.engines.hf import HFEngine
+from ragen_lit.envs import make_env
+from ragen_lit.tiny.build import BUILD_INFO, CACHE_ENV, FOLDER_NAME, TinyRecipe, build_tiny_model, default_cache_dir
+
+SMALL = TinyRecipe(
+    vocab_size=600,
+    corpus_episodes=16,
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=1,
+    sft_episodes=200,
+    other_env_episodes=4,
+    sft_steps=120,
+    batch_size=8,
+    learning_rate=1e-2,
+    val_envs=2,
+    threads=1,
+)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    lines = []
+    assert build_tiny_model(folder, recipe=SMALL, log=lines.append) == folder
+    return folder, lines
+
+
+def test_summary_line_and_build_record(built):
+    folder, lines = built
+    assert len(lines) == 1 and lines[0].startswith("tiny model: ") and "120 SFT steps" in lines[0]
+    record = json.loads((folder / BUILD_INFO).read_text())
+    assert record["recipe"]["sft_steps"] == 120
+    summary = record["summary"]
+    assert summary["sft_steps"] == 120 and summary["val_envs"] == 2 and 0.0 <= summary["val_success"] <= 1.0
+    assert summary["final_loss"] < 2.0
+
+
+def test_no_staging_folders_are_left(built):
+    folder, _ = built
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["model", "model.lock"]
+
+
+def test_auto_classes_load_it_and_the_tokenizer_is_unchanged(built):
+    folder, _ = built
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.vocab_size == len(tokenizer)
+    assert model.config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    text = "Player at (0, 1), goal at (3, 3). Right leads to (0, 2).</think><answer>Right || Down</answer>"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+    assert "(0, 1)" in tokenizer.convert_ids_to_tokens(ids)
+    assert tokenizer.convert_tokens_to_ids("</answer>") == ids[-1]
+
+
+def test_greedy_output_follows_the_format(built):
+    folder, _ = built
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id)
+    seeds = [123, 124, 125, 126]
+    trajectories = rollout(
+        engine, lambda: make_env("frozenlake"), seeds, seeds, ChatFormat(tokenizer), EpisodeLimits(), SamplingParams(temperature=0.0)
+    )
+    turns = [turn for t in trajectories for turn in t.turns]
+    assert all(turn.reasoning is not None and turn.reasoning.startswith("Player at (") for turn in turns)
+    assert all(turn.valid for turn in turns)
+
+
+def test_same_recipe_is_reused_and_another_is_rebuilt(built, tmp_path):
+    folder, _ = built
+    lines = []
+    weights = (folder / "model.safetensors").stat().st_mtime_ns
+    assert build_tiny_model(folder, recipe=SMALL, log=lines.append) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == weights
+    assert lines == []
+    other = tmp_path / "other"
+    (other).mkdir()
+    (other / BUILD_INFO).write_text(json.dumps({"recipe": {"seed": -1}}))
+    cheap = dataclasses.replace(SMALL, sft_steps=2, val_envs=0, sft_episodes=8)
+    build_tiny_model(other, recipe=cheap, log=lines.append)
+    assert json.loads((other / BUILD_INFO).read_text())["recipe"]["sft_steps"] == 2
+    assert "validation success skipped" in lines[0]
+
+
+def test_concurrent_builders_build_once(tmp_path):
+    cheap = dataclasses.replace(SMALL, sft_steps=2, val_envs=0, sft_episodes=8)
+    lines, results = [], []
+    threads = torch.get_num_threads()
+    workers = [threading.Thread(target=lambda: results.append(build_tiny_model(tmp_path / "m", recipe=cheap, log=lines.append))) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert results == [tmp_path / "m", tmp_path / "m"]
+    assert len(lines) == 1
+    assert torch.get_num_threads() == threads
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    assert default_cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv(CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "ragen_lit"
+    assert FOLDER_NAME == "tiny-v1"
