@@ -37,8 +37,8 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     for key in ("rollout/success", "rollout/reward", "filter/kept_ratio", "val/success", "actor/entropy",
                 "time/generation_s", "summary/val_success_final", "summary/wall_time_s", "collapse/valid_reasoning_rate"):
         assert f"metrics.{key}" in runs.columns, key
-    assert row["params.algo.name"] == "ppo" and row["params.filter.strategy"] == "top_p"
-    run_dir = next(tmp_path.glob("frozenlake-ppo-*"))
+    assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
+    run_dir = next(tmp_path.glob("frozenlake-grpo-*"))
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert len(list((run_dir / "checkpoints").glob("iter-*.ckpt"))) == 2
     rollouts = sorted((run_dir / "rollouts").glob("*.jsonl"))
