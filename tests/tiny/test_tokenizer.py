@@ -58,11 +58,6 @@ def test_tags_survive_skipping_special_tokens(tokenizer):
     assert tokenizer.decode(ids, skip_special_tokens=True) == "x</think><answer>Up</answer>"
 
 
-def test_every_digit_is_its_own_token(tokenizer):
-    tokens = tokenizer.convert_ids_to_tokens(tokenizer.encode("Player: (12, 3)", add_special_tokens=False))
-    assert [t for t in tokens if any(ch.isdigit() for ch in t)] == ["1", "2", "3"]
-
-
 def test_special_token_roles(tokenizer):
     assert tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.pad_token == "<|endoftext|>"
