@@ -138,7 +138,9 @@ class TrainerConfig:
     accelerator: str = _f("auto", "cpu | gpu | auto", choices=("cpu", "gpu", "cuda", "auto"))
     devices: Any = _f(1, "number of devices (or 'auto')")
     num_nodes: int = _f(1, "nodes (launched by torchrun / SLURM)", ge=1)
-    strategy: str = _f("auto", "auto | ddp | fsdp", choices=("auto", "ddp", "fsdp"))
+    strategy: str = _f("auto", "auto | ddp | fsdp (FSDP2: policy, critic and reference sharded over all ranks)", choices=("auto", "ddp", "fsdp"))
+    fsdp_param_dtype: str | None = _f(None, "fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)", choices=("bfloat16", "float16", "float32"))
+    fsdp_reduce_dtype: str | None = _f(None, "fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)", choices=("bfloat16", "float16", "float32"))
     precision: str = _f("32-true", "Lightning precision; params keep model.dtype")
     checkpoint_every: int = _f(5, "save a checkpoint every n iterations (and the last)", ge=1)
     resume: str | None = _f(None, "checkpoint path or 'last' to continue a run")
@@ -207,6 +209,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
     if cfg.trainer.devices != "auto" and not (isinstance(cfg.trainer.devices, int) and cfg.trainer.devices >= 1):
         raise ConfigError(f"trainer.devices={cfg.trainer.devices!r} must be a positive integer or 'auto'")
+    t = cfg.trainer
+    for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        if getattr(t, key) is not None and t.strategy != "fsdp":
+            raise ConfigError(f"trainer.{key}={getattr(t, key)!r} needs trainer.strategy=fsdp (now {t.strategy})")
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg

@@ -85,7 +85,7 @@ class RolloutDataModule(L.LightningDataModule):
 
     def run_rollouts(self, module, seeds, groups, temperature: float, seed: int):
         engine = self._engine(module)
-        engine.sync(module.policy)
+        engine.sync(module.inference_policy())  # under FSDP a full replica, never the sharded policy
         r = self.cfg.rollout
         sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed)
         return rollout(engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
@@ -121,6 +121,8 @@ class RolloutDataModule(L.LightningDataModule):
             timings["time/prepare_s"] = time.perf_counter() - t2
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
             plan = plan_minibatches(len(kept), len(trajectories), cfg.optim.num_minibatches, cfg.filter.minibatch, cfg.algo.ppo_epochs, generator)
+        elif module.sharded:  # FSDP: this rank kept nothing but must join the other ranks' sharded forwards
+            module.prepare_batch(None, keep_ratio=metrics["filter/kept_ratio"])
         metrics.update(timings)
         self.iteration_metrics = metrics
         minibatches = [select_rows(batch, rows) for rows in plan] if batch is not None else []

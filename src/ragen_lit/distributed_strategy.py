@@ -6,12 +6,20 @@ fit. `ManualSyncDDPStrategy` keeps everything Lightning's DDP strategy does (pro
 seeding, checkpoint barriers) but leaves the module unwrapped; `AgentRLModule` sums gradients over
 ranks itself right before each optimizer step, with every loss normalised by the *global* token or
 sequence count of the mini-batch, so the update equals the single-process update on all ranks' rows.
+
+`FSDPStrategy` (`trainer.strategy=fsdp`) is Lightning's `ModelParallelStrategy` with a one-dimensional
+data-parallel mesh over all ranks (no tensor parallelism). `AgentRLModule.configure_model` shards the
+policy, the critic and the frozen reference with FSDP2 on that mesh (`ragen_lit.fsdp`): the
+reduce-scatter sums gradients (divide factor 1), so the same globally normalised losses give the same
+update as DDP. Every sharded forward/backward is a collective; the module pads every rank's
+micro-batch count to the maximum over ranks (`AgentRLModule._lockstep_micro_batches`). Checkpoints
+are distributed-checkpoint folders (`last.ckpt/` holding one shard file per rank plus `meta.pt`).
 """
 from __future__ import annotations
 
 from datetime import timedelta
 
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 
 class ManualSyncDDPStrategy(DDPStrategy):
@@ -21,5 +29,20 @@ class ManualSyncDDPStrategy(DDPStrategy):
         """No DistributedDataParallel wrapper: gradients are reduced by the module (see module docs)."""
 
 
+class FSDPStrategy(ModelParallelStrategy):
+    """`ModelParallelStrategy` whose device mesh is (world size, 1): FSDP over every rank of every node."""
+
+    strategy_name = "ragen_fsdp"
+
+    def setup_environment(self) -> None:
+        self._data_parallel_size = self.num_nodes * self.num_processes
+        self._tensor_parallel_size = 1
+        super().setup_environment()
+
+
 def ddp_strategy(cfg) -> ManualSyncDDPStrategy:
     return ManualSyncDDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes))
+
+
+def fsdp_strategy(cfg) -> FSDPStrategy:
+    return FSDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes), save_distributed_checkpoint=True)

@@ -24,7 +24,8 @@ def tracking_uri(cfg: Config) -> str:
 def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     """(run directory, checkpoint to resume from, saved run info). A new run gets a fresh timestamped
     folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks the newest run
-    of the same name that has a `last.ckpt`, a path resumes that checkpoint in its own run folder."""
+    of the same name that has a `last.ckpt`, a path resumes that checkpoint in its own run folder.
+    Under `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint *folder* (`last.ckpt/`)."""
     root = Path(cfg.logging.output_dir).resolve()
     name = default_run_name(cfg)
     resume = cfg.trainer.resume
@@ -36,18 +37,32 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
             suffix += 1
         return run_dir, None, {}
     if resume == "last":
-        candidates = sorted(root.glob(f"{name}-*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        candidates = sorted(root.glob(f"{name}-*/checkpoints/last.ckpt"), key=checkpoint_mtime)
         if not candidates:
             raise ConfigError(f"trainer.resume=last: no run named {name!r} with a last.ckpt under {root}")
         ckpt = candidates[-1]
     else:
         ckpt = Path(resume).expanduser().resolve()
-        if not ckpt.is_file():
-            raise ConfigError(f"trainer.resume={resume!r}: no such checkpoint file (or use trainer.resume=last)")
+        if not (ckpt.is_file() or is_sharded_checkpoint(ckpt)):
+            raise ConfigError(f"trainer.resume={resume!r}: no such checkpoint file or folder (or use trainer.resume=last)")
+    if is_sharded_checkpoint(ckpt) and cfg.trainer.strategy != "fsdp":
+        raise ConfigError(f"trainer.resume: {ckpt} is a sharded (FSDP) checkpoint folder; resume it with trainer.strategy=fsdp")
     run_dir = ckpt.parent.parent
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return run_dir, str(ckpt), info
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """A distributed-checkpoint folder as Lightning's ModelParallelStrategy writes it (`meta.pt` + shards)."""
+    return path.is_dir() and (path / "meta.pt").is_file()
+
+
+def checkpoint_mtime(path: Path) -> float:
+    """When a checkpoint was last written; a folder's own mtime misses files rewritten in place."""
+    if path.is_dir():
+        return max((p.stat().st_mtime for p in path.iterdir()), default=path.stat().st_mtime)
+    return path.stat().st_mtime
 
 
 def make_logger(cfg: Config, run_dir: Path, info: dict):
