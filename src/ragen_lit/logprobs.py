@@ -9,7 +9,8 @@ the hidden states and recomputes one chunk's logits at a time.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import inspect
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -45,6 +46,8 @@ def token_logprobs(
     max_tokens_per_chunk: int = 4096,
     position_ids: Tensor | None = None,
     score_mask: Tensor | None = None,
+    cache: Any = None,
+    cache_mask: Tensor | None = None,
 ) -> LogProbs:
     """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
 
@@ -58,6 +61,12 @@ def token_logprobs(
         position_ids: [B, T] long; default `default_position_ids(attention_mask)`.
         score_mask: [B, T] bool, optional: score only these target positions (e.g. the response
             tokens), which saves the head's work on the rest; they come back as 0.
+        cache: optional HF KV cache (`transformers.Cache`, batch size B or empty) of prefixes that the
+            rows continue; the forward extends it in place. `attention_mask` covers `input_ids` only.
+            Position 0 of `input_ids` is still not scored (use the prefix's last token as `input_ids[:, 0]`
+            to score the first continuation token). See `cache_keyword`.
+        cache_mask: [B, cached length] bool, optional: which cached positions each row attends to
+            (default all). `position_ids` default to continuing after each row's real cached tokens.
 
     Returns:
         `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
@@ -81,10 +90,21 @@ def token_logprobs(
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
+    decoder_mask, cache_kwargs, past = attention_mask.long(), {}, 0
+    if cache is not None:
+        keyword = cache_keyword(model)
+        if keyword is None:
+            raise ValueError(f"model {type(model).__name__}'s decoder takes no KV cache argument")
+        if cache_mask is None:
+            cache_mask = decoder_mask.new_ones(input_ids.shape[0], cache.get_seq_length())
+        decoder_mask = torch.cat([cache_mask.long(), decoder_mask], dim=1)
+        past = cache_mask.long().sum(-1, keepdim=True)  # real cached tokens per row
+        cache_kwargs = {keyword: cache}
     if position_ids is None:
-        position_ids = default_position_ids(attention_mask)
+        position_ids = default_position_ids(attention_mask) + past
     hidden = decoder(
-        input_ids=input_ids, attention_mask=attention_mask.long(), position_ids=position_ids, use_cache=False
+        input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=cache is not None,
+        **cache_kwargs,
     ).last_hidden_state  # [B, T, H]
 
     # Token t is predicted from the hidden state at t−1, so both must be real tokens.
@@ -117,6 +137,17 @@ def token_logprobs(
     logprobs = scatter([piece[0] for piece in pieces])
     entropy = scatter([piece[1] for piece in pieces]) if with_entropy else None
     return LogProbs(logprobs, entropy)
+
+
+def cache_keyword(model: torch.nn.Module) -> str | None:
+    """The keyword under which the model's decoder takes a KV cache (`cache` in recent transformers 5.x,
+    `past_key_values` before), or None when its forward takes neither."""
+    decoder, _ = _backbone_and_head(model)
+    try:
+        parameters = inspect.signature(decoder.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
 def _head_logprobs(

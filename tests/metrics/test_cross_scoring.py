@@ -1,11 +1,19 @@
-"""cross_score against a naive per-pair full-logits computation on tiny random models."""
+"""cross_score against a naive per-pair full-logits computation on tiny random models: the shared
+prompt-KV-cache path (Qwen2, Qwen3, Llama) and the full-pair fallback (models without a usable cache)."""
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
-from ragen_lit.metrics import cross_score
+from ragen_lit.metrics import cross_score, cross_scoring
 
 VOCAB = 300
 TINY = dict(
@@ -21,7 +29,16 @@ TINY = dict(
 
 def tiny_model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**TINY)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**TINY))
+    if kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**TINY))
+    elif kind == "qwen2-sliding":  # sliding-window layers: their cache is not a plain DynamicLayer
+        model = Qwen2ForCausalLM(Qwen2Config(**TINY, use_sliding_window=True, sliding_window=6, max_window_layers=0))
+    elif kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**TINY, head_dim=8))
+    elif kind == "llama-eager":  # eager attention: additive float masks instead of SDPA's boolean ones
+        model = LlamaForCausalLM(LlamaConfig(**TINY, attn_implementation="eager"))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**TINY))
     return model.float().eval()
 
 
@@ -39,15 +56,36 @@ def naive_sequence_logprob(model, prompt: list[int], reasoning: list[int]) -> fl
     return float(log_probs[positions - 1, ids[0, positions]].sum())
 
 
-def record_forward(model, shapes: list) -> None:
-    """Append the input-ids shape of every backbone forward to `shapes`."""
-    model.get_decoder().register_forward_hook(
-        lambda module, args, kwargs, out: shapes.append(kwargs["input_ids"].shape), with_kwargs=True
-    )
+def record_forward(model, forwards: list) -> None:
+    """Append `(rows, input length, cached prefix length)` of every backbone forward to `forwards`."""
+
+    def hook(module, args, kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        rows, length = kwargs["input_ids"].shape
+        forwards.append((rows, length, cache.get_seq_length() if cache is not None else 0))
+
+    model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def naive_matrix(model, prompts, reasonings) -> torch.Tensor:
+    return torch.tensor([[naive_sequence_logprob(model, x, z) for x in prompts] for z in reasonings])
+
+
+def assert_matches_naive(model, prompts, reasonings, **kwargs) -> None:
+    l_tok, l_sum = cross_score(model, prompts, reasonings, **kwargs)
+    assert l_tok.shape == l_sum.shape == (len(reasonings), len(prompts)) and l_sum.dtype == torch.float32
+    want = naive_matrix(model, prompts, reasonings)
+    torch.testing.assert_close(l_sum, want, atol=1e-4, rtol=0)
+    lengths = torch.tensor([len(z) for z in reasonings], dtype=torch.float32)
+    torch.testing.assert_close(l_tok, want / lengths[:, None], atol=1e-4, rtol=0)
 
 
 PROMPTS = token_lists([5, 9, 3, 12], seed=1)
 REASONINGS = token_lists([4, 1, 7, 10, 2], seed=2)
+# duplicates among prompts and reasonings, a one-token prompt (no cached prefix), lengths 1..16
+MIXED_PROMPTS = [PROMPTS[1], *token_lists([1, 16], seed=3), PROMPTS[1], PROMPTS[0], PROMPTS[3], PROMPTS[0]]
+MIXED_REASONINGS = [*REASONINGS, REASONINGS[2], *token_lists([13, 6], seed=4), REASONINGS[0]]
+SIMILAR_PROMPTS = token_lists([13, 12, 10, 12], seed=5)  # prefixes of 12, 11, 9 and 11 tokens
 
 
 @pytest.mark.parametrize("kind, max_tokens_per_forward", [("qwen2", 8192), ("qwen2", 40), ("llama", 1), ("llama", 25)])
@@ -63,25 +101,88 @@ def test_matches_naive_per_pair(kind, max_tokens_per_forward):
     torch.testing.assert_close(l_tok, want / lengths[:, None], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama", "llama-eager"])
+@pytest.mark.parametrize("prompts", [MIXED_PROMPTS, SIMILAR_PROMPTS], ids=["mixed", "similar"])
+@pytest.mark.parametrize("max_tokens_per_forward", [8192, 30, 1])
+def test_duplicates_and_mixed_lengths_match_naive(kind, prompts, max_tokens_per_forward):
+    assert_matches_naive(
+        tiny_model(kind), prompts, MIXED_REASONINGS, max_tokens_per_forward=max_tokens_per_forward,
+        pad_token_id=3, max_tokens_per_chunk=5,
+    )
+
+
+def test_each_distinct_prompt_is_encoded_once_and_reasonings_continue_its_cache():
+    model = tiny_model("qwen3")
+    forwards = []
+    record_forward(model, forwards)
+    cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS)
+    # 5 distinct prompts (16, 12, 9, 5 and 1 tokens; their prefixes too different to share a forward) and
+    # 7 distinct reasonings (longest 13): per prompt, its prefix (all but the last token) once, then its
+    # 7 rows [last prompt token | reasoning] over that cache; the one-token prompt has no prefix
+    assert forwards == [
+        (1, 15, 0), (7, 14, 15),
+        (1, 11, 0), (7, 14, 11),
+        (1, 8, 0), (7, 14, 8),
+        (1, 4, 0), (7, 14, 4),
+        (7, 14, 0),
+    ]
+
+
+def test_prompts_of_similar_length_share_one_prefix_forward_and_batch():
+    model = tiny_model("qwen3")
+    prompts = [*SIMILAR_PROMPTS, SIMILAR_PROMPTS[1]]
+    forwards = []
+    record_forward(model, forwards)
+    _, l_sum = cross_score(model, prompts, MIXED_REASONINGS)
+    reasonings = set(map(tuple, MIXED_REASONINGS))
+    # prefixes of 12, 11, 11 and 9 tokens (>= 3/4 of the longest) in one forward, then all 4 x 7 rows in
+    # one, the shorter prefixes masked where they are padded to 12
+    assert forwards == [(4, 12, 0), (4 * len(reasonings), 1 + max(map(len, reasonings)), 12)]
+    torch.testing.assert_close(l_sum, naive_matrix(model, prompts, MIXED_REASONINGS), atol=1e-4, rtol=0)
+
+
 def test_forwards_and_head_chunks_respect_their_bounds():
     model = tiny_model("qwen2")
-    forward_shapes, head_rows = [], []
-    record_forward(model, forward_shapes)
+    forwards, head_rows = [], []
+    record_forward(model, forwards)
     model.get_output_embeddings().register_forward_hook(lambda mod, args, out: head_rows.append(out.shape[0]))
-    cross_score(model, PROMPTS, REASONINGS, max_tokens_per_forward=30, max_tokens_per_chunk=6)
-    # 20 pairs of 4..22 tokens; the 22-token pair fits alone, the rest pack under 30 padded tokens
-    assert sum(shape[0] for shape in forward_shapes) == 20
-    assert all(rows * length <= 30 for rows, length in forward_shapes)
-    assert len(forward_shapes) > 1 and max(head_rows) <= 6
+    cross_score(model, SIMILAR_PROMPTS, REASONINGS, max_tokens_per_forward=30, max_tokens_per_chunk=6)
+    prefix_forwards = [f for f in forwards if f[2] == 0]
+    batches = [f for f in forwards if f[2] > 0]
+    # the prefixes (12, 11, 11 and 9 tokens, longest first) in forwards of rows x longest <= 30
+    assert prefix_forwards == [(2, 12, 0), (2, 11, 0)]
+    # all 20 pairs, rows x (cached prefix + [last prompt token | reasoning]) <= 30 padded tokens
+    assert sum(rows for rows, _, _ in batches) == 20
+    assert all(rows * (past + length) <= 30 for rows, length, past in batches)
+    assert len(batches) > 4 and max(head_rows) <= 6
     assert sum(head_rows) == 4 * sum(len(z) for z in REASONINGS)  # only reasoning tokens reach the head
 
 
-def test_pair_longer_than_the_bound_gets_its_own_forward():
+def test_row_longer_than_the_bound_gets_its_own_forward():
     model = tiny_model("qwen2")
-    shapes = []
-    record_forward(model, shapes)
-    cross_score(model, [[1, 2, 3]], [[4, 5, 6, 7]], max_tokens_per_forward=5)
-    assert shapes == [torch.Size([1, 7])]
+    forwards = []
+    record_forward(model, forwards)
+    cross_score(model, [[1, 2, 3]], [[4, 5, 6, 7], [8, 9]], max_tokens_per_forward=5)
+    assert forwards == [(1, 2, 0), (1, 5, 2), (1, 3, 2)]
+
+
+@pytest.mark.parametrize("no_cache", ["keyword", "sliding"])
+def test_models_without_a_usable_cache_fall_back_to_full_pairs(monkeypatch, no_cache):
+    if no_cache == "keyword":  # a decoder that takes no KV cache argument
+        model = tiny_model("llama")
+        monkeypatch.setattr(cross_scoring, "cache_keyword", lambda model: None)
+    else:  # sliding-window layers
+        model = tiny_model("qwen2-sliding")
+    forwards = []
+    record_forward(model, forwards)
+    _, l_sum = cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS, max_tokens_per_forward=40)
+    if no_cache == "sliding":  # it first encodes the longest prefix (15 tokens), finds the cache unusable
+        assert forwards[0] == (1, 15, 0)
+        forwards = forwards[1:]
+    # then every distinct pair, whole, in forwards without a cache
+    distinct = len(set(map(tuple, MIXED_PROMPTS))) * len(set(map(tuple, MIXED_REASONINGS)))
+    assert all(past == 0 for _, _, past in forwards) and sum(rows for rows, _, _ in forwards) == distinct
+    torch.testing.assert_close(l_sum, naive_matrix(model, MIXED_PROMPTS, MIXED_REASONINGS), atol=1e-4, rtol=0)
 
 
 def test_no_grad_and_mode_left_as_is():

@@ -2,9 +2,18 @@
 
 For R reasoning samples z_r and N prompts x_j, with the model teacher-forced on `[x_j | z_r]`:
 `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})` and `L_tok[r, j] = L_sum[r, j] / |z_r|`.
-All R·N pairs are packed, longest first, into forwards of at most `max_tokens_per_forward` padded
-tokens, and log-probs come from `ragen_lit.logprobs.token_logprobs` restricted to the reasoning
-positions, so the vocabulary head runs on at most `max_tokens_per_chunk` positions at a time.
+
+Method (exact, no approximation): deduplication plus prefix KV caching. Token-identical prompts (and
+reasonings) are scored once and their column (row) copied. Each distinct prompt is then encoded once:
+its first P−1 tokens go through the backbone into a KV cache (prompts of similar lengths batched
+together), and every reasoning is scored against that cache, each row fed as `[x_{P−1} | z_r]` (the
+prompt's last token, whose hidden state predicts z_{r,1}) with positions continuing after the prefix and
+the prefix's keys/values gathered along the batch (rows of several prompts share a forward, shorter
+prefixes masked). Prompts are long multi-turn contexts and reasonings short, so this avoids re-encoding
+every prompt R times. Log-probs come from `ragen_lit.logprobs.token_logprobs` (given the cache), so the
+vocabulary head runs on at most `max_tokens_per_chunk` positions at a time. Models whose decoder takes
+no KV cache, or whose cache is not plain full-attention `DynamicLayer`s (sliding-window, linear
+attention, …), fall back to packing every distinct `[x_j | z_r]` pair into full forwards.
 In a distributed run every rank scores its own reasoning rows against all prompts: gather the
 prompts first with `gather_prompts`.
 """
@@ -16,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ragen_lit.logprobs import token_logprobs
+from ragen_lit.logprobs import cache_keyword, token_logprobs
 
 
 def cross_score(
@@ -30,12 +39,19 @@ def cross_score(
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
+    Exact deduplication and prefix KV caching (see the module docstring): each distinct prompt is
+    encoded once and its KV cache shared by all reasonings; duplicate prompts and reasonings are scored once.
+
     Args:
         model: HF causal LM (see `token_logprobs`).
         prompts: N token-id lists x_j, each ending where the reasoning starts (after `<think>`).
         reasonings: R non-empty token-id lists z_r (the text inside `<think>…</think>` only).
-        max_tokens_per_forward: bound on the padded tokens (pairs × longest pair) of one forward;
-            a pair longer than the bound gets a forward of its own.
+        max_tokens_per_forward: bound on the padded tokens of one forward. Scoring forwards count
+            rows × (longest prompt + longest reasoning of the batch), since every row's attention (and
+            its copy of the cached keys/values) spans its prompt's prefix padded to the batch's longest;
+            prefix forwards count prompts × longest prefix (that group cache, itself within the bound,
+            stays alive while its rows are scored); the fallback counts pairs × longest pair. A row or
+            prompt longer than the bound gets a forward of its own.
         pad_token_id: id written into padding (masked out, never scored).
         max_tokens_per_chunk: most positions whose full-vocabulary logits exist at once.
 
@@ -54,32 +70,187 @@ def cross_score(
             raise ValueError(f"reasonings[{r}] is empty; filter out samples without reasoning before scoring")
 
     device = next(model.parameters()).device
-    num_reasonings, num_prompts = len(reasonings), len(prompts)
+    distinct_prompts, column_of = _distinct(prompts)
+    distinct_reasonings, row_of = _distinct(reasonings)
+    options = {
+        "max_tokens_per_forward": max_tokens_per_forward, "pad_token_id": pad_token_id,
+        "max_tokens_per_chunk": max_tokens_per_chunk, "device": device,
+    }
+    with torch.no_grad():
+        scores = None
+        if distinct_reasonings and cache_keyword(model) is not None:
+            scores = _score_with_prompt_cache(model, distinct_prompts, distinct_reasonings, **options)
+        if scores is None:
+            scores = _score_pairs(model, distinct_prompts, distinct_reasonings, **options)
+    seq_logprob = scores[torch.tensor(row_of, dtype=torch.long, device=device)][
+        :, torch.tensor(column_of, dtype=torch.long, device=device)
+    ]
     reasoning_lengths = torch.tensor([len(z) for z in reasonings], dtype=torch.float64, device=device)
+    token_logprob = seq_logprob / reasoning_lengths[:, None]
+    return token_logprob.float(), seq_logprob.float()
+
+
+def _distinct(sequences: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct token lists (first-seen order) and, for every input, the index of its distinct copy."""
+    index: dict[tuple[int, ...], int] = {}
+    positions = [index.setdefault(tuple(int(token) for token in sequence), len(index)) for sequence in sequences]
+    return [list(sequence) for sequence in index], positions
+
+
+def _score_with_prompt_cache(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    reasonings: list[list[int]],
+    *,
+    max_tokens_per_forward: int,
+    pad_token_id: int,
+    max_tokens_per_chunk: int,
+    device: torch.device,
+) -> Tensor | None:
+    """L_sum [R, N] float64 scored against prompt-prefix KV caches, or None if the model's cache is unsuitable.
+
+    Prompts are taken longest first in groups of similar lengths whose right-padded prefixes (all but
+    the last token) fit one forward (`_prefix_groups`); each group's prefixes are encoded in that one
+    forward, then its (prompt, reasoning) rows are packed into forwards (`_pack_rows`): a row is
+    `[x_{P−1} | z_r]`, right-padded, over its prompt's cached prefix (right-padded to the batch's longest
+    prefix and masked there), with positions continuing after the prefix.
+    """
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
+    order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
+    lengths = [len(reasonings[r]) for r in order]
+    # every reasoning once, longest first, right-padded behind a slot for the prompt's last token
+    reasoning_ids = torch.tensor(
+        [[pad_token_id, *reasonings[r], *[pad_token_id] * (lengths[0] - len(reasonings[r]))] for r in order],
+        dtype=torch.long, device=device,
+    )
+    reasoning_real = torch.tensor(lengths, device=device) + 1
+    reasoning_row = torch.tensor(order, device=device)
+    prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
+    for group in _prefix_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
+        columns = [prompt_order[g] for g in group]
+        prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first
+        layers = None
+        if prefix_lengths[0] > 0:
+            ids = torch.full((len(columns), prefix_lengths[0]), pad_token_id, dtype=torch.long)
+            for row, j in enumerate(columns):
+                ids[row, : prefix_lengths[row]] = torch.tensor(prompts[j][:-1], dtype=torch.long)
+            ids = ids.to(device)
+            # no row is empty: a group's prefixes are all at least 3/4 of the longest
+            mask = torch.arange(prefix_lengths[0], device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
+            group_cache = DynamicCache(config=model.config)
+            token_logprobs(
+                model, ids, mask, score_mask=torch.zeros_like(mask), max_tokens_per_chunk=max_tokens_per_chunk,
+                cache=group_cache,
+            )
+            layers = [(layer.keys, layer.values) for layer in group_cache.layers]
+            # only plain full-attention layers holding every prefix position can be gathered and continued
+            if not layers or any(
+                type(layer) is not DynamicLayer or layer.keys is None
+                or tuple(layer.keys.shape[::2]) != (len(columns), prefix_lengths[0])
+                or tuple(layer.values.shape[::2]) != (len(columns), prefix_lengths[0])
+                for layer in group_cache.layers
+            ):
+                return None
+        prefix_of = torch.tensor(prefix_lengths, device=device)
+        last_token = torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device)
+        column_of = torch.tensor(columns, device=device)
+        for rows in _pack_rows(prefix_lengths, lengths, max_tokens_per_forward):
+            member = torch.tensor([g for g, _ in rows], device=device)
+            sample = torch.tensor([k for _, k in rows], device=device)
+            width = 1 + max(lengths[k] for _, k in rows)
+            cached = max(prefix_lengths[g] for g, _ in rows)
+            input_ids = reasoning_ids[sample, :width]
+            input_ids[:, 0] = last_token[member]  # its hidden state predicts the reasoning's first token
+            attention_mask = torch.arange(width, device=device) < reasoning_real[sample, None]
+            batch_cache = cache_mask = None
+            if cached > 0:
+                # a fresh cache per batch (the forward appends to it in place): each row's prompt prefix
+                batch_cache = DynamicCache()
+                for index, (keys, values) in enumerate(layers):
+                    batch_cache.update(keys[member, :, :cached], values[member, :, :cached], index)
+                cache_mask = torch.arange(cached, device=device) < prefix_of[member, None]
+            logprobs = token_logprobs(
+                model, input_ids, attention_mask, max_tokens_per_chunk=max_tokens_per_chunk,
+                cache=batch_cache, cache_mask=cache_mask,
+            ).logprobs
+            if batch_cache is not None and batch_cache.get_seq_length() != cached + width:
+                raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
+            seq_logprob[reasoning_row[sample], column_of[member]] = logprobs.double().sum(-1)
+    return seq_logprob
+
+
+def _prefix_groups(prefix_lengths: list[int], max_tokens_per_forward: int) -> list[list[int]]:
+    """Consecutive groups of indices into `prefix_lengths` (longest first) whose right-padded prefixes fit
+    one forward (members × the first, longest prefix <= max_tokens_per_forward, or a single prompt) and
+    are at least 3/4 of the longest, so that neither the prefix forward nor the group's rows pad much."""
+    groups: list[list[int]] = []
+    for index, length in enumerate(prefix_lengths):
+        longest = prefix_lengths[groups[-1][0]] if groups else 0
+        if groups and (len(groups[-1]) + 1) * longest <= max_tokens_per_forward and 4 * length >= 3 * longest:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    return groups
+
+
+def _pack_rows(
+    prefix_lengths: list[int], lengths: list[int], max_tokens_per_forward: int
+) -> list[list[tuple[int, int]]]:
+    """Batches of (group member, reasoning index) rows for one prompt group: reasonings longest first,
+    each under every member, so that a batch's rows have similar lengths; a batch holds rows while
+    rows × (its longest prefix + 1 + its longest reasoning) <= max_tokens_per_forward (a row beyond the
+    bound on its own)."""
+    batches: list[list[tuple[int, int]]] = []
+    batch: list[tuple[int, int]] = []
+    cached = width = 0
+    for k, length in enumerate(lengths):
+        for member, prefix in enumerate(prefix_lengths):
+            new_cached, new_width = max(cached, prefix), max(width, 1 + length)
+            if batch and (len(batch) + 1) * (new_cached + new_width) > max_tokens_per_forward:
+                batches.append(batch)
+                batch, new_cached, new_width = [], prefix, 1 + length
+            batch.append((member, k))
+            cached, width = new_cached, new_width
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def _score_pairs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    reasonings: list[list[int]],
+    *,
+    max_tokens_per_forward: int,
+    pad_token_id: int,
+    max_tokens_per_chunk: int,
+    device: torch.device,
+) -> Tensor:
+    """L_sum [R, N] float64 from full `[x_j | z_r]` forwards, pairs packed longest first."""
+    num_reasonings, num_prompts = len(reasonings), len(prompts)
     pair_lengths = [
         (len(prompts[j]) + len(reasonings[r]), r, j) for r in range(num_reasonings) for j in range(num_prompts)
     ]
     pair_lengths.sort(key=lambda item: -item[0])  # stable: ties keep (r, j) order
-
     seq_logprob = torch.zeros(num_reasonings, num_prompts, dtype=torch.float64, device=device)
     start = 0
-    with torch.no_grad():
-        while start < len(pair_lengths):
-            longest = pair_lengths[start][0]
-            stop = min(len(pair_lengths), start + max(1, max_tokens_per_forward // longest))
-            pairs = [(r, j) for _, r, j in pair_lengths[start:stop]]
-            input_ids, attention_mask, reasoning_mask = _pair_batch(
-                prompts, reasonings, pairs, longest, pad_token_id, device
-            )
-            logprobs = token_logprobs(
-                model, input_ids, attention_mask, score_mask=reasoning_mask, max_tokens_per_chunk=max_tokens_per_chunk
-            ).logprobs
-            rows = torch.tensor([r for r, _ in pairs], device=device)
-            cols = torch.tensor([j for _, j in pairs], device=device)
-            seq_logprob[rows, cols] = logprobs.double().sum(-1)
-            start = stop
-    token_logprob = seq_logprob / reasoning_lengths[:, None]
-    return token_logprob.float(), seq_logprob.float()
+    while start < len(pair_lengths):
+        longest = pair_lengths[start][0]
+        stop = min(len(pair_lengths), start + max(1, max_tokens_per_forward // longest))
+        pairs = [(r, j) for _, r, j in pair_lengths[start:stop]]
+        input_ids, attention_mask, reasoning_mask = _pair_batch(
+            prompts, reasonings, pairs, longest, pad_token_id, device
+        )
+        logprobs = token_logprobs(
+            model, input_ids, attention_mask, score_mask=reasoning_mask, max_tokens_per_chunk=max_tokens_per_chunk
+        ).logprobs
+        rows = torch.tensor([r for r, _ in pairs], device=device)
+        cols = torch.tensor([j for _, j in pairs], device=device)
+        seq_logprob[rows, cols] = logprobs.double().sum(-1)
+        start = stop
+    return seq_logprob
 
 
 def _pair_batch(
