@@ -32,6 +32,7 @@ SMALL = TinyRecipe(
     learning_rate=1e-2,
     epsilon=0.15,
     val_envs=2,
+    min_val_success=0.0,
     threads=1,
 )
 
@@ -123,3 +124,24 @@ def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "ragen_lit"
     assert FOLDER_NAME == "tiny-v1"
+
+
+def test_a_weak_sft_attempt_is_retried_and_the_best_attempt_is_kept(tmp_path):
+    from ragen_lit.tiny.build import validation_success
+
+    recipe = dataclasses.replace(SMALL, sft_steps=20, sft_episodes=40, val_envs=8, min_val_success=1.01, max_attempts=2)
+    lines = []
+    folder = build_tiny_model(tmp_path / "model", recipe=recipe, log=lines.append)
+    summary = json.loads((folder / BUILD_INFO).read_text())["summary"]
+    assert len(summary["attempts"]) == 2  # the bar is unreachable: both attempts run
+    assert summary["val_success"] == max(summary["attempts"])
+    assert "best of 2 SFT attempts" in lines[0]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert validation_success(model, ChatFormat(tokenizer), recipe) == summary["val_success"]  # the saved model is the reported one
+
+
+def test_a_good_first_attempt_is_not_retried(tmp_path):
+    recipe = dataclasses.replace(SMALL, sft_steps=20, sft_episodes=40, val_envs=2, min_val_success=0.0, max_attempts=3)
+    folder = build_tiny_model(tmp_path / "model", recipe=recipe, log=lambda _: None)
+    assert len(json.loads((folder / BUILD_INFO).read_text())["summary"]["attempts"]) == 1

@@ -9,7 +9,15 @@ Steps (all deterministic given `TinyRecipe.seed` and the thread count):
    a few episodes of the other envs, giving token ids and loss masks exactly as RL will see them;
 3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`tiny/sft.py`);
 4. measure validation success (FrozenLake 4x4, p=0.8, seeds 123.., temperature 0.5) with the
-   transformers engine, and save model + tokenizer + `tiny_build.json` (recipe and summary).
+   transformers engine; below `min_val_success`, redo step 3 from the next seed (at most
+   `max_attempts` in all), then save model + tokenizer + `tiny_build.json` (recipe and summary).
+
+Why these numbers (sweeps of builds x RL runs, docs/PERFORMANCE.md): with `epsilon` 0.45 the expert
+says "I try <random move>" on almost half of its turns, and the imitating policy keeps doing so on
+about 40% of them even at temperature 0.5 — that is the room RL is given, and a decision it can
+learn to drop. 1400 SFT steps make the careful way of playing reliable (700 steps left validation
+success anywhere between 0.19 and 0.57 over seeds of one recipe, and from starts below ~0.25 RL
+barely moved). A warm start below `min_val_success` is still retrained from the next seed.
 
 The architecture is Qwen3 (Qwen2's layout plus q/k norms, no q/k/v biases) rather than Qwen2:
 transformers 5 loads every `model_type: qwen2` folder with `Qwen2Tokenizer`, which rebuilds its own
@@ -71,12 +79,14 @@ class TinyRecipe:
     num_kv_heads: int = 1
     sft_episodes: int = 1200  # FrozenLake expert episodes for SFT
     other_env_episodes: int = 40  # expert episodes of each other env, so the format holds everywhere
-    epsilon: float = 0.25  # probability per turn that the expert plays one random move (RL headroom)
-    sft_steps: int = 700
+    epsilon: float = 0.45  # probability per turn that the expert plays one random move (RL headroom)
+    sft_steps: int = 1400
     batch_size: int = 8
     learning_rate: float = 5e-3
     context_weight: float = 0.5  # SFT loss weight of prompt/env tokens relative to sampled ones (auxiliary LM loss)
-    val_envs: int = 64  # FrozenLake validation seeds 123.. (0 skips the measurement)
+    val_envs: int = 64  # FrozenLake validation seeds 123.. (0 skips the measurement and the retry)
+    min_val_success: float = 0.2  # retrain from the next seed when validation success is below this
+    max_attempts: int = 2  # SFT attempts at most (the best one is kept)
     val_temperature: float = 0.5
     seed: int = 0
     threads: int = 2  # torch CPU threads during the build
@@ -129,6 +139,9 @@ def built_recipe(folder: Path) -> dict | None:
 def format_summary(summary: dict) -> str:
     val = summary["val_success"]
     val_text = "skipped" if val is None else f"{val:.1%} on {summary['val_envs']} maps at T={summary['val_temperature']}"
+    attempts = summary.get("attempts", [])
+    if len(attempts) > 1:
+        val_text += f" (best of {len(attempts)} SFT attempts: {', '.join(f'{v:.1%}' for v in attempts)})"
     return (
         f"tiny model: {summary['parameters'] / 1e6:.2f}M params, vocab {summary['vocab']}, "
         f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes (epsilon {summary['epsilon']}), "
@@ -163,21 +176,33 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
             for t in expert_episodes(expert, chat, name, SFT_SEED, recipe.other_env_episodes)
         ]
         lap("expert")
-        torch.manual_seed(recipe.seed)
-        model = Qwen3ForCausalLM(model_config(recipe, tokenizer))
-        losses = supervised_finetune(
-            model,
-            lake + others,
-            steps=recipe.sft_steps,
-            batch_size=recipe.batch_size,
-            learning_rate=recipe.learning_rate,
-            pad_token_id=tokenizer.pad_token_id,
-            seed=recipe.seed,
-            context_weight=recipe.context_weight,
-        )
-        lap("sft")
-        val_success = validation_success(model, chat, recipe) if recipe.val_envs > 0 else None
-        lap("validation")
+        # SFT outcomes of this small model vary with the initialisation and batch order, and RL barely
+        # moves a weak warm start (module docstring): an attempt that validates below
+        # `min_val_success` is retried with the next seed, and the best attempt is kept.
+        attempts, best = [], None
+        for attempt in range(recipe.max_attempts):
+            seed = recipe.seed + attempt
+            torch.manual_seed(seed)
+            model = Qwen3ForCausalLM(model_config(recipe, tokenizer))
+            losses = supervised_finetune(
+                model,
+                lake + others,
+                steps=recipe.sft_steps,
+                batch_size=recipe.batch_size,
+                learning_rate=recipe.learning_rate,
+                pad_token_id=tokenizer.pad_token_id,
+                seed=seed,
+                context_weight=recipe.context_weight,
+            )
+            lap(f"sft{attempt + 1}")
+            val_success = validation_success(model, chat, recipe) if recipe.val_envs > 0 else None
+            lap(f"validation{attempt + 1}")
+            attempts.append(val_success)
+            if best is None or (val_success or 0.0) > (best[0] or 0.0):
+                best = (val_success, model, losses)
+            if val_success is None or val_success >= recipe.min_val_success:
+                break
+        val_success, model, losses = best
         summary = {
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocab": len(tokenizer),
@@ -187,6 +212,7 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
             "final_loss": sum(losses[-10:]) / len(losses[-10:]),
             "expert_success": sum(t.success for t in lake) / len(lake),
             "val_success": val_success,
+            "attempts": attempts,
             "val_envs": recipe.val_envs,
             "val_temperature": recipe.val_temperature,
         }
