@@ -68,6 +68,9 @@ def main() -> None:
     for strategy, value in (("none", 1.0), ("top_p", cfg.filter.value)):
         data.cfg.filter.strategy, data.cfg.filter.value = strategy, value
         keep_rows, stats = data.select(trajectories)
+        if not keep_rows:  # every group's rewards were equal: the filter keeps nothing and fit skips the update
+            rows.append((strategy, value, 0.0, 0, 0, 0.0, 0))
+            continue
         seconds, steps, tokens = timed_update(module, trajectories, keep_rows, cfg, args.repeats)
         rows.append((strategy, value, stats["filter/kept_ratio"], len(keep_rows), steps, seconds, tokens))
     base = rows[0][5]
@@ -84,6 +87,8 @@ def main() -> None:
     if kept_ratio > 0:
         verdict = "meets" if rows[1][5] <= 1.25 * kept_ratio * base else "MISSES"
         print(f"target: filtered update <= 1.25 x kept_ratio x unfiltered = {1.25 * kept_ratio * base:.2f}s -> {verdict}")
+    else:
+        print("target: not measurable: top-p kept nothing (all groups' rewards were equal), so there is no update to time")
 
 
 if __name__ == "__main__":
