@@ -57,6 +57,7 @@ from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.module import AgentRLModule
+from ragen_lit.module import _micro_batches as micro_batches  # the update's own slicing (FLOPs count what it runs)
 from ragen_lit.tiny.build import TinyRecipe, tokenizer_corpus
 from ragen_lit.tiny.tokenizer import train_tokenizer
 
@@ -198,14 +199,6 @@ class PipelineProbe(L.Callback):
         self.epoch_ends[trainer.current_epoch] = time.perf_counter()
         spent = self.clock.seconds[trainer.current_epoch]
         progress(f"iteration {trainer.current_epoch}: " + ", ".join(f"{k} {v:.2f}s" for k, v in spent.items()))
-
-
-def micro_batches(batch: dict[str, torch.Tensor], size: int):
-    """Consecutive `size`-row slices, each trimmed to its longest sequence (as the update slices them)."""
-    for start in range(0, batch["input_ids"].shape[0], size):
-        part = {k: v[start:start + size] for k, v in batch.items()}
-        length = int(part["attention_mask"].sum(-1).max())
-        yield {k: v[:, :length] if v.dim() == 2 else v for k, v in part.items()}
 
 
 def update_flops(config, minibatches, policy_params: int, critic_params: int | None) -> tuple[float, float]:

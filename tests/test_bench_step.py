@@ -38,17 +38,17 @@ def test_update_flops_by_hand():
     assert naive == (6 * 10 * 5 + 312) + (6 * 7 * 5 + 312) == 1134
 
 
-def test_micro_batches_trim_each_slice_to_its_longest_sequence():
+def test_micro_batches_group_rows_by_length_and_trim_each_to_its_longest_sequence():
     bench = _load_script()
     batch = {
-        "input_ids": torch.arange(12).view(3, 4),
-        "attention_mask": torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool),
-        "scores": torch.tensor([1.0, 2.0, 3.0]),
+        "input_ids": torch.arange(16).view(4, 4),
+        "attention_mask": torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool),
+        "scores": torch.tensor([1.0, 2.0, 3.0, 4.0]),
     }
-    parts = list(bench.micro_batches(batch, 2))
-    assert [p["attention_mask"].shape for p in parts] == [(2, 2), (1, 3)]
-    assert parts[0]["input_ids"].tolist() == [[0, 1], [4, 5]]
-    assert parts[1]["scores"].tolist() == [3.0]
+    parts = list(bench.micro_batches(batch, 2))  # lengths 2, 1, 3, 1 -> rows (2, 0) then (1, 3)
+    assert [p["attention_mask"].shape for p in parts] == [(2, 3), (2, 1)]
+    assert parts[0]["input_ids"].tolist() == [[8, 9, 10], [0, 1, 2]]
+    assert parts[1]["scores"].tolist() == [2.0, 4.0]
 
 
 @pytest.mark.slow

@@ -44,10 +44,19 @@ from ragen_lit.logprobs import token_logprobs
 from ragen_lit.models import load_critic, load_policy, load_tokenizer, resolve_model_path
 
 
+def _length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Row indices sorted by sequence length, longest first (stable: ties keep their order)."""
+    return torch.argsort(batch["attention_mask"].sum(-1), descending=True, stable=True)
+
+
 def _micro_batches(batch: dict[str, torch.Tensor], size: int):
-    n = batch["input_ids"].shape[0]
-    for start in range(0, n, size):
-        part = {k: v[start:start + size] for k, v in batch.items()}
+    """Micro-batches of `size` rows taken in `_length_order`, each cut to its longest row: rows of
+    similar length share a micro-batch, so little compute goes to padding. Losses are normalised by
+    the mini-batch totals, so how rows are grouped does not change the update."""
+    order = _length_order(batch)
+    for start in range(0, len(order), size):
+        rows = order[start:start + size]
+        part = {k: v[rows] for k, v in batch.items()}
         length = int(part["attention_mask"].sum(-1).max().item())
         yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}
 
@@ -236,8 +245,9 @@ class AgentRLModule(L.LightningModule):
         if batch is None:
             return {}
         mask = batch["loss_mask"]
+        order = _length_order(batch)  # the row order the micro-batches took
         for k, v in parts.items():
-            batch[k] = torch.cat(v)
+            batch[k] = torch.empty_like(torch.cat(v)).index_copy_(0, order, torch.cat(v))
         entropy = batch.pop("entropy")
         if a.advantage in ("gae", "bilevel_gae"):
             if a.advantage == "gae":
