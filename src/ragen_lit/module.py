@@ -247,7 +247,8 @@ class AgentRLModule(L.LightningModule):
         mask = batch["loss_mask"]
         order = _length_order(batch)  # the row order the micro-batches took
         for k, v in parts.items():
-            batch[k] = torch.empty_like(torch.cat(v)).index_copy_(0, order, torch.cat(v))
+            rows = torch.cat(v)
+            batch[k] = torch.empty_like(rows).index_copy_(0, order, rows)
         entropy = batch.pop("entropy")
         if a.advantage in ("gae", "bilevel_gae"):
             if a.advantage == "gae":
