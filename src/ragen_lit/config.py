@@ -55,6 +55,7 @@ class RolloutConfig:
     format_penalty: float = _f(-0.1, "reward added for a turn with no valid action")
     seed: int = _f(10000, "first training seed; iteration i uses seeds seed + groups*i + g")
     max_batch_size: int = _f(256, "sequences per generation forward (lower it on out-of-memory)", ge=1)
+    hf_cache: str = _f("auto", "hf only: decode loop: auto (graph on GPU, dynamic on CPU) | dynamic | static | graph (fixed shapes, CUDA graphs on GPU)", choices=("auto", "dynamic", "static", "graph"))
     gpu_memory_utilization: float = _f(0.3, "vllm only: fraction of total GPU memory vLLM may take", gt=0.0, le=1.0)
     sleep_mode: bool = _f(False, "vllm only (CUDA): release vLLM memory during the update")
 

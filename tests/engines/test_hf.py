@@ -64,7 +64,7 @@ def test_hf_engine_satisfies_the_engine_protocol(model):
     assert isinstance(HFEngine(model, pad_token_id=0), Engine)
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
 def test_greedy_batched_equals_one_prompt_at_a_time(model, cache):
     # max_batch_size 3 splits the 7 prompts into chunks; duplicates exercise the dedup prefill.
     engine = HFEngine(model, pad_token_id=0, max_batch_size=3, cache=cache)
@@ -84,12 +84,67 @@ def test_greedy_batched_equals_one_prompt_at_a_time(model, cache):
         SamplingParams(max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.9, seed=2),
     ],
 )
-def test_logprobs_equal_teacher_forced_recomputation(model, params):
-    generations = HFEngine(model, pad_token_id=0).generate(PROMPTS, params)
+@pytest.mark.parametrize("cache", ["dynamic", "graph"])
+def test_logprobs_equal_teacher_forced_recomputation(model, params, cache):
+    generations = HFEngine(model, pad_token_id=0, cache=cache).generate(PROMPTS, params)
     temperature = params.temperature if params.temperature > 0 else 1.0
     for prompt, generation in zip(PROMPTS, generations):
         expected = teacher_forced_logprobs(model, prompt, generation.token_ids, temperature)
         assert generation.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("max_batch_size", [3, 256])
+def test_graph_decoding_samples_what_dynamic_decoding_samples(model, max_batch_size):
+    # Same seed, no stop: both loops draw the same uniforms for the same rows, so the fixed-shape
+    # loop (padded batch bucket, bucketed static cache, 4D additive mask) must reproduce every token.
+    params = SamplingParams(max_new_tokens=40, temperature=1.0, seed=3)
+    dynamic = HFEngine(model, pad_token_id=0, max_batch_size=max_batch_size).generate(PROMPTS, params)
+    engine = HFEngine(model, pad_token_id=0, max_batch_size=max_batch_size, cache="graph")
+    for _ in range(2):  # the second call reuses the slots of the first
+        fixed = engine.generate(PROMPTS, params)
+        for a, b in zip(dynamic, fixed):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_graph_decoding_slots_are_bucketed_and_bounded():
+    from ragen_lit.engines import decode_graphs
+
+    assert [decode_graphs.batch_bucket(b, 256) for b in (1, 8, 9, 100, 128, 129, 256)] == [8, 8, 16, 128, 128, 256, 256]
+    assert decode_graphs.batch_bucket(100, 100) == 100  # never above the engine's chunk size
+    assert decode_graphs.batch_bucket(3, 3) == 3
+    assert [decode_graphs.length_bucket(n) for n in (1, 256, 257, 1100)] == [256, 256, 512, 1280]
+    model = tiny_qwen2()
+    graphs = decode_graphs.DecodeGraphs(model, max_batch_size=256)
+    first = graphs.slot(5, 100, torch.device("cpu"))
+    assert (first.batch_size, first.length) == (8, 256)
+    assert graphs.slot(8, 200, torch.device("cpu")) is first
+    for length in range(300, 300 + 256 * decode_graphs._MAX_SLOTS, 256):
+        graphs.slot(5, length, torch.device("cpu"))
+    assert len(graphs._slots) == decode_graphs._MAX_SLOTS and first not in graphs._slots.values()
+    kept = graphs.slot(5, 300, torch.device("cpu"))
+    assert graphs.slot(5, 300, torch.device("cpu")) is kept
+    model.to(torch.float64)  # new parameter tensors: graphs captured on the old ones must go
+    fresh = graphs.slot(5, 300, torch.device("cpu"))
+    assert fresh is not kept and list(graphs._slots.values()) == [fresh]
+
+
+def test_graph_decoding_refuses_models_it_would_mis_mask():
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, use_sliding_window=True, sliding_window=16, max_window_layers=1,
+    )
+    sliding = transformers.Qwen2ForCausalLM(config)
+    with pytest.raises(ValueError, match="sliding-window"):
+        HFEngine(sliding, pad_token_id=0, cache="graph")
+    assert HFEngine(sliding, pad_token_id=0, cache="auto").cache_kind(torch.device("cuda")) == "dynamic"
+
+
+def test_auto_cache_is_graph_on_cuda_and_dynamic_elsewhere(model):
+    engine = HFEngine(model, pad_token_id=0, cache="auto")
+    assert engine.cache_kind(torch.device("cpu")) == "dynamic"
+    assert engine.cache_kind(torch.device("cuda")) == "graph"
+    assert HFEngine(model, pad_token_id=0, cache="static").cache_kind(torch.device("cuda")) == "static"
 
 
 def test_greedy_picks_the_teacher_forced_argmax(model):
@@ -106,7 +161,7 @@ def test_max_new_tokens_bounds_every_generation(model):
     assert {g.finish_reason for g in generations} == {"length"}
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
 def test_stop_token_ends_generation_right_after_it(model, cache):
     engine = HFEngine(model, pad_token_id=0, cache=cache)
     reference = engine.generate(PROMPTS, greedy(20))

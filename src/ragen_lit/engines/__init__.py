@@ -11,7 +11,12 @@ def build_engine(cfg, module) -> Engine:
     if cfg.rollout.engine == "hf":
         from ragen_lit.engines.hf import HFEngine
 
-        return HFEngine(module.inference_policy(), pad_token_id=module.pad_token_id, max_batch_size=cfg.rollout.max_batch_size)
+        return HFEngine(
+            module.inference_policy(),
+            pad_token_id=module.pad_token_id,
+            max_batch_size=cfg.rollout.max_batch_size,
+            cache=cfg.rollout.hf_cache,
+        )
     if cfg.rollout.engine == "vllm":
         from ragen_lit.engines.vllm import VLLMEngine
 

@@ -10,6 +10,10 @@ them into chunks of `max_batch_size` rows, and for each chunk
    stop sequences with tensor ops;
 3. drops finished rows from the batch and the cache once a tenth of the rows in it have finished.
 
+With cache="graph" (the default on GPU, see `decode_graphs.py`) step 2 instead copies the prefix
+into a preallocated static cache and replays one captured CUDA graph per token with fixed shapes,
+keeping finished rows until the chunk is done (step 3 is skipped).
+
 The engine shares the policy module with the trainer, so `sync` only swaps the reference and the
 engine always samples from the current weights (token-in/token-out: the ids it returns are the ids
 the trainer scores).
@@ -23,6 +27,7 @@ import torch
 from transformers import Cache, DynamicCache, StaticCache
 
 from ragen_lit.engines.base import Generation, SamplingParams
+from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
 
 # Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
 # shape, 128 rows in groups of 16, ~250-token prompts, up to 100 new tokens, rows ending at random),
@@ -33,7 +38,10 @@ _DROP_FINISHED_FRACTION = 0.1
 # Tokens tried before a full sort when sampling with top-p alone (see `sample_next_tokens`).
 _NUCLEUS_PROBE = 256
 
-_CACHE_KINDS = ("dynamic", "static")
+# cache="graph": how often (decode steps) the loop asks the device whether every row has stopped.
+_FINISHED_CHECK_EVERY = 8
+
+_CACHE_KINDS = ("auto", "dynamic", "static", "graph")
 
 
 def left_pad(
@@ -148,7 +156,11 @@ class HFEngine:
         device: where inputs are put; default: the device of the model's first parameter.
         cache: the KV cache: "dynamic" (transformers `DynamicCache`, grows by concatenation every
             step) or "static" (`StaticCache`, preallocated for prompt + max_new_tokens and written
-            in place; faster on CPU, see scripts/bench_engine.py).
+            in place; faster on CPU, see scripts/bench_engine.py) or "graph" (fixed-shape decoding:
+            batch and cache length rounded up to buckets, rows kept until the whole chunk stops, each
+            one-token forward captured once in a CUDA graph and replayed; on CPU the same loop runs
+            eagerly. Needs sdpa/eager attention and full attention in every layer; see
+            `decode_graphs.py`), or "auto": "graph" on CUDA where the model supports it, else "dynamic".
         dedup_prompts: prefill identical prompts of a chunk once and copy their cache rows.
     """
 
@@ -168,6 +180,8 @@ class HFEngine:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
         if cache not in _CACHE_KINDS:
             raise ValueError(f"cache must be one of {_CACHE_KINDS}, got {cache!r}")
+        if cache == "graph" and (reason := unsupported_reason(model)) is not None:
+            raise ValueError(f"cache='graph' does not support this model: {reason}; use cache='dynamic'")
         self.sync(model)
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
@@ -180,6 +194,14 @@ class HFEngine:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
+        self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
+        self._graph_ok = unsupported_reason(model) is None
+
+    def cache_kind(self, device: torch.device) -> str:
+        """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
+        if self.cache != "auto":
+            return self.cache
+        return "graph" if device.type == "cuda" and self._graph_ok else "dynamic"
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """Sample one continuation per prompt; results come back in the order of `prompts`.
@@ -235,11 +257,13 @@ class HFEngine:
 
     def _prefill(
         self, prompts: list[list[int]], max_new_tokens: int, device: torch.device
-    ) -> tuple[torch.Tensor, Cache, torch.Tensor]:
+    ) -> tuple[torch.Tensor, Cache, torch.Tensor, torch.Tensor | None]:
         """Run the prompts (sorted by length) through the model once.
 
-        Returns `last_logits: [B, V]`, the cache with B rows, and `attention_mask: [B, L] bool`.
-        With dedup on, each run of identical prompts is computed once and its rows are copied.
+        Returns `last_logits: [B, V]`, the cache, `attention_mask: [B, L] bool` and `copy_index`.
+        With dedup on, each run of identical prompts is computed once: the cache then holds one row
+        per distinct prompt, and `copy_index: [B]` says which cache row each prompt continues
+        (None when the cache has the B rows already).
         """
         distinct = prompts
         copy_index = None
@@ -253,7 +277,7 @@ class HFEngine:
         if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size:
             raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        if self.cache == "static":
+        if self.cache == "static":  # "graph" prefills into a dynamic cache, copied into its slot after
             cache = StaticCache(config=self.model.config, max_cache_len=input_ids.shape[1] + max_new_tokens)
         else:
             cache = DynamicCache(config=self.model.config)
@@ -267,9 +291,8 @@ class HFEngine:
         )
         last_logits = out.logits[:, -1]
         if copy_index is not None:
-            cache.reorder_cache(copy_index)
             last_logits, attention_mask = last_logits[copy_index], attention_mask[copy_index]
-        return last_logits, cache, attention_mask
+        return last_logits, cache, attention_mask, copy_index
 
     def _sample_chunk(
         self,
@@ -278,15 +301,14 @@ class HFEngine:
         device: torch.device,
         generator: torch.Generator | None,
     ) -> list[Generation]:
-        logits, cache, prompt_mask = self._prefill(prompts, params.max_new_tokens, device)
+        if self.cache_kind(device) == "graph":
+            return self._sample_chunk_fixed(prompts, params, device, generator)
+        logits, cache, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+        if copy_index is not None:
+            cache.reorder_cache(copy_index)
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
-        stop_token_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
-        stop_sequences = [
-            torch.tensor([list(s) for s in params.stop_sequences if len(s) == length], dtype=torch.long, device=device)
-            for length in sorted({len(s) for s in params.stop_sequences})
-        ]
-        longest_stop = max((len(s) for s in params.stop_sequences), default=0)
+        stop_token_ids, stop_sequences, longest_stop = _stop_tensors(params, device)
 
         # Outputs, indexed by chunk row; `rows` maps each batch row to its chunk row.
         token_ids = torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device)
@@ -332,9 +354,73 @@ class HFEngine:
             logits = out.logits[:, -1]
             next_position = next_position + 1
 
-        lengths = num_generated.tolist()
-        reasons = ["stop" if s else "length" for s in stopped.tolist()]
-        return [
-            Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)
-            for ids, lps, n, reason in zip(token_ids.tolist(), logprobs.tolist(), lengths, reasons)
-        ]
+        return _generations(token_ids, logprobs, num_generated, stopped)
+
+    def _sample_chunk_fixed(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        device: torch.device,
+        generator: torch.Generator | None,
+    ) -> list[Generation]:
+        """The decode loop of cache="graph": every row stays in the batch until all have stopped
+        (a row's tokens after its stop are discarded), so each step has the same shapes and replays
+        one captured graph; no step synchronises with the host except a finished-check every
+        `_FINISHED_CHECK_EVERY` steps."""
+        logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+        batch_size, prompt_width = prompt_mask.shape
+        max_new_tokens = params.max_new_tokens
+        if self._graphs is None:
+            self._graphs = DecodeGraphs(self.model, self.max_batch_size)
+        slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
+        positions = prompt_mask.sum(-1)
+        slot.load(prefix, copy_index, prompt_mask, positions)
+        del prefix
+        stop_token_ids, stop_sequences, longest_stop = _stop_tensors(params, device)
+
+        token_ids = torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device)
+        logprobs = torch.zeros(batch_size, max_new_tokens, dtype=torch.float32, device=device)
+        num_generated = torch.full((batch_size,), max_new_tokens, dtype=torch.long, device=device)
+        finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        for step in range(max_new_tokens):
+            next_ids, next_logprobs = sample_next_tokens(
+                logits, params.temperature, params.top_k, params.top_p, generator
+            )
+            token_ids[:, step] = next_ids
+            logprobs[:, step] = next_logprobs
+            hit_stop = torch.isin(next_ids, stop_token_ids)
+            if stop_sequences:
+                recent = token_ids[:, max(0, step + 1 - longest_stop) : step + 1]
+                hit_stop |= ends_with_stop_sequence(recent, stop_sequences)
+            newly_stopped = hit_stop & ~finished
+            num_generated = torch.where(newly_stopped, step + 1, num_generated)
+            finished |= newly_stopped
+            if step == max_new_tokens - 1:
+                break
+            if (step + 1) % _FINISHED_CHECK_EVERY == 0 and bool(finished.all()):
+                break
+            logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
+        return _generations(token_ids, logprobs, num_generated, finished)
+
+
+def _stop_tensors(params: SamplingParams, device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor], int]:
+    """`params`' stop token ids `[S]`, stop sequences grouped by length (`[S_j, m_j]` each), and the
+    longest stop sequence's length."""
+    stop_token_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
+    stop_sequences = [
+        torch.tensor([list(s) for s in params.stop_sequences if len(s) == length], dtype=torch.long, device=device)
+        for length in sorted({len(s) for s in params.stop_sequences})
+    ]
+    return stop_token_ids, stop_sequences, max((len(s) for s in params.stop_sequences), default=0)
+
+
+def _generations(
+    token_ids: torch.Tensor, logprobs: torch.Tensor, num_generated: torch.Tensor, stopped: torch.Tensor
+) -> list[Generation]:
+    """One `Generation` per row: the first `num_generated[b]` ids and log-probs of row b."""
+    lengths = num_generated.tolist()
+    reasons = ["stop" if s else "length" for s in stopped.tolist()]
+    return [
+        Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)
+        for ids, lps, n, reason in zip(token_ids.tolist(), logprobs.tolist(), lengths, reasons)
+    ]

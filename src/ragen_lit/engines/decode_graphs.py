@@ -1,0 +1,164 @@
+"""Fixed-shape one-token decode steps, replayed from captured CUDA graphs on GPU.
+
+Decoding a 0.5B model at batch 128 launches some 400 small kernels per token, and in eager mode the
+launches, not the GPU, bound the step (docs/PERFORMANCE.md: 27.8 ms a step where reading the weights
+and the cache takes ~1 ms). A CUDA graph replays all of them with one launch, but only over fixed
+shapes and fixed tensor addresses. So a `DecodeSlot` owns, for one (batch bucket, cache length):
+
+- a transformers `StaticCache` (written in place at each layer's on-device `cumulative_length`),
+- static input buffers: `input_ids [B, 1]`, `position_ids [B, 1]`, and an additive attention mask
+  `[B, 1, 1, L]` (0 where a row attends, the dtype's minimum elsewhere), passed to the model as a
+  prepared 4D mask so that transformers builds none (its mask builder synchronises with the host),
+- the captured forward (own memory pool), whose logits land in the same output buffer at every replay.
+
+Each step writes the sampled ids, the positions and one mask column in place and replays. Rows of a
+chunk smaller than the bucket are padding whose outputs are ignored. On CPU the same slot runs the
+forward eagerly instead of replaying a graph: same shapes, same results, which is what CPU tests use.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from transformers import Cache, StaticCache
+
+# Buckets: batch sizes are rounded up to a power of two (at least this), cache lengths to a multiple
+# of this many positions. Each (batch, length) pair is captured once and kept.
+_MIN_BATCH_BUCKET = 8
+_LENGTH_BUCKET = 256
+# Slots kept alive (least recently used dropped first): each holds a whole static KV cache.
+_MAX_SLOTS = 8
+# Warm-up forwards before a capture (lazy initialisation, cuBLAS workspaces, autotuning).
+_WARMUP_FORWARDS = 2
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why `model` cannot use fixed-shape decoding (None if it can): the 4D additive mask suits the
+    `sdpa` and `eager` attention implementations, and full attention in every layer."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        return "not a transformers model (no config)"
+    implementation = getattr(config, "_attn_implementation", None) or "eager"
+    if implementation not in ("sdpa", "eager"):
+        return f"attention implementation {implementation!r} (needs 'sdpa' or 'eager')"
+    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None) or ["full_attention"]
+    if any(kind != "full_attention" for kind in layer_types):
+        return "sliding-window or other non-full attention layers"
+    return None
+
+
+def batch_bucket(batch_size: int, max_batch_size: int) -> int:
+    """The smallest power of two >= batch_size (at least 8), but never above max(batch_size, max_batch_size)."""
+    bucket = max(_MIN_BATCH_BUCKET, 1 << (batch_size - 1).bit_length())
+    return min(bucket, max(batch_size, max_batch_size))
+
+
+def length_bucket(length: int) -> int:
+    """`length` rounded up to a multiple of the length bucket."""
+    return -(-length // _LENGTH_BUCKET) * _LENGTH_BUCKET
+
+
+class DecodeSlot:
+    """Static cache, input buffers and (on CUDA) the captured one-token forward for one shape."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, length: int, device: torch.device):
+        self.model = model
+        self.batch_size, self.length = batch_size, length
+        dtype = next(model.parameters()).dtype
+        self.mask_min = torch.finfo(dtype).min
+        self.cache = StaticCache(config=model.config, max_cache_len=length)
+        text_config = model.config.get_text_config(decoder=True)
+        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+        self.cache.early_initialization(batch_size, text_config.num_key_value_heads, head_dim, dtype, device)
+        self.input_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+        self.position_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
+        self.mask = torch.full((batch_size, 1, 1, length), self.mask_min, dtype=dtype, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None
+
+    def forward(self) -> torch.Tensor:
+        """One eager forward over the static buffers: logits `[B, V]` of the next token."""
+        out = self.model(
+            input_ids=self.input_ids,
+            attention_mask=self.mask,
+            position_ids=self.position_ids,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1]
+
+    def capture(self) -> None:
+        """Record `forward` in a CUDA graph (after warm-up forwards on a side stream)."""
+        stream = torch.cuda.Stream(self.input_ids.device)
+        stream.wait_stream(torch.cuda.current_stream(self.input_ids.device))
+        with torch.cuda.stream(stream):
+            for _ in range(_WARMUP_FORWARDS):
+                self.forward()
+        torch.cuda.current_stream(self.input_ids.device).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = self.forward()
+
+    def load(self, prefix: Cache, rows: torch.Tensor | None, prompt_mask: torch.Tensor, positions: torch.Tensor) -> None:
+        """Start decoding after a prefill: copy the prefix cache (`rows`: which prefix row each chunk
+        row continues, or None for one-to-one) into the static cache and set the mask and positions.
+
+        `prompt_mask: [b, W] bool` (b <= batch bucket rows; the rest are padding rows that attend
+        to position 0 only), `positions: [b]` the position of each row's next token."""
+        batch, width = prompt_mask.shape
+        for static_layer, prefix_layer in zip(self.cache.layers, prefix.layers):
+            keys, values = prefix_layer.keys, prefix_layer.values
+            if rows is not None:
+                keys, values = keys[rows], values[rows]
+            static_layer.keys[:batch, :, :width].copy_(keys)
+            static_layer.values[:batch, :, :width].copy_(values)
+            static_layer.cumulative_length.fill_(width)
+        self.mask.fill_(self.mask_min)
+        self.mask[:batch, 0, 0, :width].masked_fill_(prompt_mask, 0.0)
+        self.mask[batch:, 0, 0, 0] = 0.0
+        self.position_ids.zero_()
+        self.position_ids[:batch, 0] = positions
+
+    def step(self, next_ids: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
+        """Feed one token per row (written at cache column `column`); return logits `[B, V]`."""
+        batch = next_ids.shape[0]
+        self.input_ids[:batch, 0] = next_ids
+        self.position_ids[:batch, 0] = positions
+        self.mask[:, 0, 0, column] = 0.0
+        if self.graph is None:
+            return self.forward()
+        self.graph.replay()
+        return self.logits
+
+
+class DecodeGraphs:
+    """The slots of one model, captured on CUDA (replayed) and eager elsewhere."""
+
+    def __init__(self, model: torch.nn.Module, max_batch_size: int):
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self._slots: OrderedDict[tuple[int, int], DecodeSlot] = OrderedDict()
+        self._weights = self._weight_addresses()
+
+    def _weight_addresses(self) -> tuple[tuple[int, torch.dtype], ...]:
+        return tuple((p.data_ptr(), p.dtype) for p in self.model.parameters())
+
+    def slot(self, batch_size: int, length: int, device: torch.device) -> DecodeSlot:
+        """The slot for at least `batch_size` rows and `length` cache positions (made on first use)."""
+        weights = self._weight_addresses()
+        if weights != self._weights:
+            # the weights were moved or replaced (e.g. `.to(...)` off the GPU and back): a captured graph
+            # would read the freed memory, so every slot is captured again
+            self._slots.clear()
+            self._weights = weights
+        key = (batch_bucket(batch_size, self.max_batch_size), length_bucket(length))
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            while len(self._slots) >= _MAX_SLOTS:
+                self._slots.popitem(last=False)
+            slot = DecodeSlot(self.model, *key, device)
+            if device.type == "cuda":
+                slot.capture()
+        self._slots[key] = slot
+        return slot
