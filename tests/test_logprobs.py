@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from ragen_lit.logprobs import LogProbs, default_position_ids, token_logprobs
+from ragen_lit.logprobs import LogProbs, causal_only_mask, default_position_ids, token_logprobs
 
 VOCAB = 300
 TINY = dict(
@@ -192,3 +192,13 @@ def test_unsupported_logit_transform_is_refused():
     input_ids, mask = padded_batch([4], total=4, left=False)
     with pytest.raises(ValueError, match="final_logit_softcapping"):
         token_logprobs(model, input_ids, mask)
+
+
+def test_right_padding_needs_no_decoder_mask_and_left_padding_keeps_it():
+    right, right_mask = padded_batch([5, 2, 5], total=5, left=False)
+    _, left_mask = padded_batch([5, 2, 5], total=5, left=True)
+    assert causal_only_mask(right_mask) is None
+    assert causal_only_mask(left_mask) is left_mask
+    holes = right_mask.clone()
+    holes[0, 2] = False  # a real token after a padding position: the mask matters
+    assert causal_only_mask(holes) is holes

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ragen_lit.logprobs import token_logprobs
+from ragen_lit.models import layer_units
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -50,15 +51,6 @@ def mixed_precision(param_dtype: str | None, reduce_dtype: str | None):
         param_dtype=DTYPES[param_dtype] if param_dtype else None,
         reduce_dtype=DTYPES[reduce_dtype] if reduce_dtype else None,
     )
-
-
-def layer_units(model: nn.Module) -> list[nn.Module]:
-    """The repeated blocks to shard one by one: modules whose class a transformers model lists in
-    `_no_split_modules` (e.g. `Qwen2DecoderLayer`). Empty for other models (then only the root is a unit)."""
-    names: set[str] = set()
-    for module in model.modules():
-        names.update(getattr(module, "_no_split_modules", None) or ())
-    return [m for m in model.modules() if type(m).__name__ in names]
 
 
 def shard_module(root: nn.Module, mesh, mp_policy=None, *, layers_of: nn.Module | None = None) -> nn.Module:

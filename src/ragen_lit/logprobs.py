@@ -9,6 +9,7 @@ the hidden states and recomputes one chunk's logits at a time.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, NamedTuple
 
@@ -36,6 +37,20 @@ def default_position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def causal_only_mask(attention_mask: Tensor) -> Tensor | None:
+    """The attention mask a decoder needs for `attention_mask` ([B, T]): None when every row is right
+    padded (its real tokens are a prefix), else the mask itself.
+
+    Under causal attention a real token of a right-padded row only sees earlier real tokens, so the
+    padding mask changes nothing there, and without it the attention runs as plain causal attention
+    (flash kernels, no [B, 1, T, T] mask). Outputs at the padding positions differ, and are never used.
+    """
+    mask = attention_mask.bool()
+    if bool((mask[:, 1:] & ~mask[:, :-1]).any()):  # a real token after a padding position
+        return attention_mask
+    return None
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -48,6 +63,7 @@ def token_logprobs(
     score_mask: Tensor | None = None,
     cache: Any = None,
     cache_mask: Tensor | None = None,
+    compile_head: bool = False,
 ) -> LogProbs:
     """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
 
@@ -67,6 +83,9 @@ def token_logprobs(
             to score the first continuation token). See `cache_keyword`.
         cache_mask: [B, cached length] bool, optional: which cached positions each row attends to
             (default all). `position_ids` default to continuing after each row's real cached tokens.
+        compile_head: run each head chunk through `torch.compile` (dynamic shapes): the fp32
+            log-softmax, gather and entropy fuse into a few kernels instead of materialising several
+            fp32 [chunk, V] tensors (`model.compile`).
 
     Returns:
         `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
@@ -91,7 +110,9 @@ def token_logprobs(
 
     attention_mask = attention_mask.bool()
     decoder_mask, cache_kwargs, past = attention_mask.long(), {}, 0
-    if cache is not None:
+    if cache is None:
+        decoder_mask = causal_only_mask(decoder_mask)
+    else:
         keyword = cache_keyword(model)
         if keyword is None:
             raise ValueError(f"model {type(model).__name__}'s decoder takes no KV cache argument")
@@ -118,14 +139,15 @@ def token_logprobs(
     needs_grad = torch.is_grad_enabled() and (
         states.requires_grad or any(p.requires_grad for p in head.parameters())
     )
+    head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
     pieces = []
     for start in range(0, targets.numel(), max_tokens_per_chunk):
         stop = start + max_tokens_per_chunk
         chunk = (head, states[start:stop], targets[start:stop], temperature, with_entropy)
         if needs_grad:
-            pieces.append(checkpoint(_head_logprobs, *chunk, use_reentrant=False))
+            pieces.append(checkpoint(head_fn, *chunk, use_reentrant=False))
         else:
-            pieces.append(_head_logprobs(*chunk))
+            pieces.append(head_fn(*chunk))
 
     batch, length = input_ids.shape
     where = (rows, prev + 1)
@@ -163,6 +185,12 @@ def _head_logprobs(
         return (target_logprobs,)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     return target_logprobs, entropy
+
+
+@functools.cache
+def _compiled_head_logprobs():
+    """`_head_logprobs` under `torch.compile` (made on first use; one dynamic-shape graph per mode)."""
+    return torch.compile(_head_logprobs, dynamic=True)
 
 
 def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:

