@@ -100,6 +100,14 @@ class CollapseDiagnostics(nn.Module):
             policy.train(was_training)
         return out
 
+    def tokens_per_forward(self, policy) -> int:
+        """The cross-scorer's memory bound: `max_tokens_per_forward`, or for 0 (auto) 8192 on a CPU and
+        65536 on a GPU (where 8192 would split the trajectory scope into ~500 small forwards, each over
+        a copy of a ~900-token prompt cache: bound by launches, not by the GPU)."""
+        if self.cfg.max_tokens_per_forward:
+            return self.cfg.max_tokens_per_forward
+        return 65536 if next(policy.parameters()).device.type == "cuda" else 8192
+
     def _score(self, policy, chat, metric: MIDiagnostics, pairs) -> dict[str, float]:
         # one column per distinct key (group for first turn, draw index for trajectory scope)
         keys = list(dict.fromkeys(key for _, _, key in pairs))
@@ -116,7 +124,7 @@ class CollapseDiagnostics(nn.Module):
         if pairs:
             l_tok, l_sum = cross_score(
                 policy, prompts, reasonings,
-                max_tokens_per_forward=self.cfg.max_tokens_per_forward, pad_token_id=chat.tokenizer.pad_token_id,
+                max_tokens_per_forward=self.tokens_per_forward(policy), pad_token_id=chat.tokenizer.pad_token_id,
             )
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()
