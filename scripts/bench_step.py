@@ -2,10 +2,14 @@
 
     python scripts/bench_step.py --out bench.json          # Qwen2.5-0.5B architecture, random init (issue 6, item 6)
     python scripts/bench_step.py --no-diagnostics --iterations 2 --profile   # the step and baselines only
+    python scripts/bench_step.py --set model.compile=true --engines dynamic --hf-static   # compiled update, all engines
     python scripts/bench_step.py --smoke                   # tiny model, small batch: checks the script runs (CPU is fine)
 
 The workload is `conf/frozenlake.yaml` run through the project's own code (`AgentRLModule`,
-`RolloutDataModule`, a Lightning `Trainer`), with four changes, all printed:
+`RolloutDataModule`, a Lightning `Trainer`), with five changes, all printed:
+
+* `algo=ppo`: the policy and a critic of the same backbone are trained (the shipped config uses GRPO,
+  which has no critic; PPO is the heavier step and times the value passes too);
 
 * the model is a randomly initialised Qwen2 of the Qwen2.5-0.5B shape (bf16), saved with a byte-level
   BPE trained offline on environment text (`ragen_lit.tiny.tokenizer`; its ~1.5k ids fit the
@@ -22,9 +26,12 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
 
 Iteration 0 is warm-up; the step time is the mean of the later iterations. Afterwards, on the last
 iteration's rollouts: the old-log-prob / value split of `prepare_batch` (re-run with the same calls),
-the engine alone on the same prompts (optionally also with `cache="static"`), transformers' `generate`
-(DynamicCache) on those prompts, a plain HF update (policy `model(input_ids, labels=...)`
-cross-entropy instead of the PPO loss) on the same mini-batches, and optionally an operator profile.
+the engine alone on the same prompts (the rollout's own cache kind, `rollout.hf_cache=auto`: "graph" on a
+GPU; `--engines` adds others), transformers' `generate` on those prompts (DynamicCache; with
+`--hf-static` also its static cache, which transformers compiles with CUDA graphs on a GPU), a plain HF
+update (policy `model(input_ids, labels=...)` cross-entropy instead of the PPO loss, eager layers) on
+the same mini-batches, and optionally an operator profile. `--set key=value ...` changes the config
+(e.g. `model.compile=true`).
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16). Model FLOPs, per sequence
 of s real tokens of which h are scored (response tokens), L layers, width d, vocabulary V:
@@ -246,21 +253,44 @@ def engine_generation(engine: HFEngine, prompts, params: SamplingParams, clock: 
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
-def hf_generate(model, prompts, pad_token_id: int, max_new_tokens: int, clock: Clock) -> dict:
-    """transformers' own `generate` (sampling, T=1, DynamicCache), exactly max_new_tokens per row."""
+@contextmanager
+def plain_layers(*models):
+    """The models' decoder layers as transformers wrote them: drops the compiled forwards that
+    `model.compile` binds to each layer (`models.compile_layers`) and restores them afterwards."""
+    bound = [(m, m.__dict__.pop("forward")) for model in models if model is not None for m in model.modules() if "forward" in m.__dict__]
+    try:
+        yield
+    finally:
+        for module, forward in bound:
+            module.forward = forward
+
+
+def hf_generate(model, prompts, pad_token_id: int, max_new_tokens: int, clock: Clock, name: str, static: bool = False) -> dict:
+    """transformers' own `generate` (sampling, T=1), exactly max_new_tokens per row: DynamicCache, or
+    with `static` its StaticCache, whose forward transformers compiles itself (mode "reduce-overhead":
+    CUDA graphs) on a GPU; a first untimed pass over the same prompts pays the compilation."""
     device = next(model.parameters()).device
     config = transformers.GenerationConfig(
         do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
         min_new_tokens=max_new_tokens, use_cache=True, pad_token_id=pad_token_id,
+        cache_implementation="static" if static else None,
     )
     model.eval()
-    tokens = 0
-    with clock.phase("hf_generate"), torch.no_grad():
+
+    def generate_all() -> int:
+        tokens = 0
         for turn in prompts:
             input_ids, attention_mask = left_pad(turn, pad_token_id, device)
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask.long(), generation_config=config)
             tokens += (out.shape[1] - input_ids.shape[1]) * out.shape[0]
-    seconds = clock.seconds[-1]["hf_generate"]
+        return tokens
+
+    with torch.no_grad(), plain_layers(model):
+        if static:
+            generate_all()
+        with clock.phase(name):
+            tokens = generate_all()
+    seconds = clock.seconds[-1][name]
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
 
@@ -270,11 +300,11 @@ def prepare_split(module: AgentRLModule, trajectories, clock: Clock) -> dict[str
     reference-style pass (log-probs only; unused at kl_coef=0) and the critic's values."""
     batch = collate(trajectories, module.pad_token_id)
     batch = {k: v.to(module.device) for k, v in batch.items()}
-    size, temperature = module.cfg.optim.micro_batch_size, module.cfg.rollout.temperature
+    size, temperature, compiled = module.cfg.optim.micro_batch_size, module.cfg.rollout.temperature, module.cfg.model.compile
     module.policy.eval()
     passes = {
-        "old_logprobs": lambda m: token_logprobs(module.policy, m["input_ids"], m["attention_mask"], temperature=temperature, with_entropy=True, score_mask=m["loss_mask"]),
-        "ref_logprobs": lambda m: token_logprobs(module.policy, m["input_ids"], m["attention_mask"], temperature=temperature, score_mask=m["loss_mask"]),
+        "old_logprobs": lambda m: token_logprobs(module.policy, m["input_ids"], m["attention_mask"], temperature=temperature, with_entropy=True, score_mask=m["loss_mask"], compile_head=compiled),
+        "ref_logprobs": lambda m: token_logprobs(module.policy, m["input_ids"], m["attention_mask"], temperature=temperature, score_mask=m["loss_mask"], compile_head=compiled),
     }
     if module.critic is not None:
         passes["values"] = lambda m: module.critic(m["input_ids"], m["attention_mask"])
@@ -311,10 +341,11 @@ def plain_hf_update(module: AgentRLModule, minibatches, clock: Clock) -> float:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    step(minibatches[0])
-    with clock.phase("plain_update"):
-        for minibatch in minibatches:
-            step(minibatch)
+    with plain_layers(*models):
+        step(minibatches[0])
+        with clock.phase("plain_update"):
+            for minibatch in minibatches:
+                step(minibatch)
     return clock.seconds[-1]["plain_update"]
 
 
@@ -325,7 +356,7 @@ def profile_micro_batch(module: AgentRLModule, minibatch, device: torch.device, 
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
     module.policy.train()
     with torch.profiler.profile(activities=activities) as prof:
-        lp = token_logprobs(module.policy, micro["input_ids"], micro["attention_mask"], with_entropy=True, score_mask=micro["loss_mask"])
+        lp = token_logprobs(module.policy, micro["input_ids"], micro["attention_mask"], with_entropy=True, score_mask=micro["loss_mask"], compile_head=module.cfg.model.compile)
         (lp.logprobs.sum() + lp.entropy.sum()).backward()
         if module.critic is not None:
             module.critic(micro["input_ids"], micro["attention_mask"]).sum().backward()
@@ -349,10 +380,10 @@ def run(args, save) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-step-") as folder:
         model_config = write_random_model(Path(folder), args.smoke, device)
         overrides = [
-            "model.name=hf", f"model.path={folder}", "filter.strategy=none",
+            "model.name=hf", f"model.path={folder}", "algo=ppo", "filter.strategy=none",
             f"diagnostics.every_n_steps={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}", f"trainer.iterations={args.iterations}",
             f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
-        ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
+        ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"]) + args.set
         cfg = load_config(str(CONFIG), overrides)
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
@@ -441,23 +472,29 @@ def run(args, save) -> dict:
     b = results["baselines"]
     prompts = turn_prompts(trajectories)
     params = rollout_params(module, seed=0)
-    b["engine_dynamic"] = engine_generation(data.engine, prompts, params, clock, "engine_dynamic")
+    b["engine"] = engine_generation(data.engine, prompts, params, clock, "engine")
+    b["engine"]["cache"] = data.engine.cache_kind(device)
     save(results)
-    progress(f"engine (dynamic cache) alone: {b['engine_dynamic']}")
-    b["hf_generate"] = hf_generate(module.policy, prompts, module.pad_token_id, r.max_new_tokens, clock)
+    progress(f"engine (cache={data.engine.cache}) alone: {b['engine']}")
+    for kind in args.engines:
+        engine = HFEngine(data.engine.model, pad_token_id=module.pad_token_id, max_batch_size=r.max_batch_size, cache=kind)
+        b[f"engine_{kind}"] = engine_generation(engine, prompts, params, clock, f"engine_{kind}")
+        save(results)
+        progress(f"engine (cache={kind}) alone: {b[f'engine_{kind}']}")
+    b["hf_generate"] = hf_generate(module.policy, prompts, module.pad_token_id, r.max_new_tokens, clock, "hf_generate")
     save(results)
     progress(f"transformers generate: {b['hf_generate']}")
     b["plain_update_s"] = plain_hf_update(module, probe.minibatches, clock)
     b["plain_update_mfu"] = flops / b["plain_update_s"] / peak_flops
     save(results)
     progress(f"plain HF update: {b['plain_update_s']:.3f} s")
-    if args.static:
-        static = HFEngine(module.policy, pad_token_id=module.pad_token_id, max_batch_size=r.max_batch_size, cache="static")
-        b["engine_static"] = engine_generation(static, prompts, params, clock, "engine_static")
-        save(results)
-        progress(f"engine (static cache) alone: {b['engine_static']}")
     if args.profile:
         results["profile"] = profile_micro_batch(module, probe.minibatches[0], device)
+        save(results)
+    if args.hf_static:
+        b["hf_generate_static"] = hf_generate(module.policy, prompts, module.pad_token_id, r.max_new_tokens, clock, "hf_generate_static", static=True)
+        save(results)
+        progress(f"transformers generate, static cache, compiled: {b['hf_generate_static']}")
     results["peak_memory_gib"] = {k: v / 2**30 for k, v in clock.peak_bytes.items()}
     save(results)
     return results
@@ -500,11 +537,13 @@ def format_table(res: dict) -> str:
         "| same work, other code | ragen_lit | baseline | speed ratio ragen_lit/baseline |",
         "| --- | ---: | ---: | ---: |",
     ]
-    hf = b.get("hf_generate")
-    for key, label in (("engine_dynamic", "engine alone (DynamicCache)"), ("engine_static", "engine alone (cache=static)")):
-        if hf and key in b:
-            lines.append(f"| generation tokens/s on the same prompts: {label} vs transformers generate (DynamicCache) | "
-                         f"{b[key]['tokens_per_s']:.0f} | {hf['tokens_per_s']:.0f} | {b[key]['tokens_per_s'] / hf['tokens_per_s']:.2f} |")
+    engines = [(k, v) for k, v in b.items() if k.startswith("engine")]
+    for hf_key, hf_label in (("hf_generate", "DynamicCache"), ("hf_generate_static", "static cache, compiled")):
+        for key, run in engines:
+            if hf_key in b:
+                label = f"engine alone (cache={run.get('cache', key.removeprefix('engine_'))}) vs transformers generate ({hf_label})"
+                lines.append(f"| generation tokens/s on the same prompts: {label} | "
+                             f"{run['tokens_per_s']:.0f} | {b[hf_key]['tokens_per_s']:.0f} | {run['tokens_per_s'] / b[hf_key]['tokens_per_s']:.2f} |")
     if "plain_update_s" in b:
         lines += [
             f"| update seconds, same mini-batches: PPO update vs plain HF labels= update | {t['last_update_s']:.3f} | {b['plain_update_s']:.3f} | "
@@ -524,7 +563,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3, help="RL iterations (>= 3: warm-up, steady, diagnostics; >= 2 with --no-diagnostics)")
     parser.add_argument("--no-diagnostics", action="store_true", help="skip the diagnostics measurement (step without them)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--static", action="store_true", help="also time the engine with cache=static on the same prompts")
+    parser.add_argument("--engines", nargs="*", default=[], choices=["dynamic", "static", "graph"],
+                        help="also time the engine with these cache kinds on the same prompts")
+    parser.add_argument("--hf-static", action="store_true",
+                        help="also time transformers generate with its static cache, compiled (a first pass compiles)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides on top of the bench's own (e.g. model.compile=true optim.micro_batch_size=16)")
     parser.add_argument("--profile", action="store_true", help="also print an operator profile of one micro-batch of update work")
     args = parser.parse_args()
     if args.iterations < (2 if args.no_diagnostics else 3):

@@ -55,7 +55,7 @@ def test_micro_batches_group_rows_by_length_and_trim_each_to_its_longest_sequenc
 def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--static", "--profile", "--out", str(out)],
+        [sys.executable, str(SCRIPT), "--smoke", "--engines", "static", "graph", "--hf-static", "--set", "optim.micro_batch_size=2", "--profile", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -73,8 +73,12 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     assert step["diagnostics_iteration_s"] > 0 and step["update_s"] > 0
     # synthetic reasoning is about as long as the turn (re-encoding the joined text may split a little differently)
     assert 4 <= res["workload"]["diagnostics_reasoning_tokens_mean"] <= 10
-    for name in ("engine_dynamic", "engine_static", "hf_generate"):
+    for name in ("engine", "engine_static", "engine_graph", "hf_generate", "hf_generate_static"):
         assert res["baselines"][name]["tokens"] > 0
-    assert res["baselines"]["hf_generate"]["tokens"] == 8 * 2 * 8  # generate is forced to the full budget
+    assert res["baselines"]["engine"]["cache"] == "dynamic"  # rollout.hf_cache=auto on a CPU
+    assert res["config"]["micro_batch_size"] == 2  # --set reaches the config
+    for name in ("hf_generate", "hf_generate_static"):  # generate is forced to the full budget
+        assert res["baselines"][name]["tokens"] == 8 * 2 * 8
+    assert "static cache, compiled" in done.stdout
     assert res["profile"]
     assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
