@@ -484,10 +484,18 @@ def run(args, save) -> dict:
     b["hf_generate"] = hf_generate(module.policy, prompts, module.pad_token_id, r.max_new_tokens, clock, "hf_generate")
     save(results)
     progress(f"transformers generate: {b['hf_generate']}")
-    b["plain_update_s"] = plain_hf_update(module, probe.minibatches, clock)
-    b["plain_update_mfu"] = flops / b["plain_update_s"] / peak_flops
+    try:
+        b["plain_update_s"] = plain_hf_update(module, probe.minibatches, clock)
+        b["plain_update_mfu"] = flops / b["plain_update_s"] / peak_flops
+        progress(f"plain HF update: {b['plain_update_s']:.3f} s")
+    except torch.OutOfMemoryError:  # it materialises full-vocabulary logits for every position
+        b["plain_update_oom"] = f"out of memory at micro-batch {cfg.optim.micro_batch_size}"
+        progress(f"plain HF update: {b['plain_update_oom']}")
+        module.policy.zero_grad(set_to_none=True)
+        if module.critic is not None:
+            module.critic.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
     save(results)
-    progress(f"plain HF update: {b['plain_update_s']:.3f} s")
     if args.profile:
         results["profile"] = profile_micro_batch(module, probe.minibatches[0], device)
         save(results)
@@ -544,6 +552,8 @@ def format_table(res: dict) -> str:
                 label = f"engine alone (cache={run.get('cache', key.removeprefix('engine_'))}) vs transformers generate ({hf_label})"
                 lines.append(f"| generation tokens/s on the same prompts: {label} | "
                              f"{run['tokens_per_s']:.0f} | {b[hf_key]['tokens_per_s']:.0f} | {run['tokens_per_s'] / b[hf_key]['tokens_per_s']:.2f} |")
+    if "plain_update_oom" in b:
+        lines.append(f"| update seconds, same mini-batches: PPO update vs plain HF labels= update | {t['last_update_s']:.3f} | {b['plain_update_oom']} | |")
     if "plain_update_s" in b:
         lines += [
             f"| update seconds, same mini-batches: PPO update vs plain HF labels= update | {t['last_update_s']:.3f} | {b['plain_update_s']:.3f} | "

@@ -123,16 +123,16 @@ def token_logprobs(
         cache_kwargs = {keyword: cache}
     if position_ids is None:
         position_ids = default_position_ids(attention_mask) + past
-    hidden = decoder(
-        input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=cache is not None,
-        **cache_kwargs,
-    ).last_hidden_state  # [B, T, H]
-
-    # Token t is predicted from the hidden state at t−1, so both must be real tokens.
+    # Token t is predicted from the hidden state at t−1, so both must be real tokens. (Found before
+    # the decoder runs: `nonzero` waits for the device, which then has only earlier work queued.)
     scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]
     if score_mask is not None:
         scored = scored & score_mask[:, 1:].bool()
     rows, prev = scored.nonzero(as_tuple=True)
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=cache is not None,
+        **cache_kwargs,
+    ).last_hidden_state  # [B, T, H]
     states = hidden[rows, prev]  # [M, H]
     targets = input_ids[rows, prev + 1]  # [M]
 

@@ -54,10 +54,11 @@ def _micro_batches(batch: dict[str, torch.Tensor], size: int):
     similar length share a micro-batch, so little compute goes to padding. Losses are normalised by
     the mini-batch totals, so how rows are grouped does not change the update."""
     order = _length_order(batch)
+    lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
     for start in range(0, len(order), size):
         rows = order[start:start + size]
         part = {k: v[rows] for k, v in batch.items()}
-        length = int(part["attention_mask"].sum(-1).max().item())
+        length = int(lengths[start])  # longest first: the slice's first row is its longest
         yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}
 
 
@@ -397,7 +398,7 @@ class AgentRLModule(L.LightningModule):
                 lp.logprobs, micro["old_logprobs"], micro["advantages"], m,
                 clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip or None, loss_agg=a.loss_agg, **totals,
             )
-            pg_total += float(loss.detach())  # micro-batch losses add up to the mini-batch loss
+            pg_total = pg_total + loss.detach()  # micro-batch losses add up to the mini-batch loss
             for k, v in stats.items():
                 self._record(f"actor/{k}", v)
             if a.entropy_coef > 0:
@@ -424,7 +425,7 @@ class AgentRLModule(L.LightningModule):
                     values, micro["values"], micro["returns"], micro["loss_mask"],
                     clip=a.value_clip or None, loss_agg="token-mean", num_tokens=totals["num_tokens"],
                 )
-                value_total += float(loss.detach())
+                value_total = value_total + loss.detach()
                 for k, v in stats.items():
                     self._record(f"critic/{k}", v)
                 self._backward(loss)
@@ -464,10 +465,12 @@ class AgentRLModule(L.LightningModule):
             self._policy_version += 1  # the inference replica is stale from now on
 
     def _record(self, key: str, value) -> None:
-        self._step_stats[key].append(float(value.detach()) if torch.is_tensor(value) else float(value))
+        # tensors stay on the device until `pop_step_stats`: a float() here would make the host wait
+        # for every micro-batch's forward before it may queue the backward
+        self._step_stats[key].append(value.detach() if torch.is_tensor(value) else float(value))
 
     def pop_step_stats(self) -> dict[str, float]:
-        stats = {k: sum(v) / len(v) for k, v in self._step_stats.items() if v}
+        stats = {k: sum(float(x) for x in v) / len(v) for k, v in self._step_stats.items() if v}
         self._step_stats.clear()
         return stats
 
