@@ -129,6 +129,22 @@ def test_graph_decoding_slots_are_bucketed_and_bounded():
     assert fresh is not kept and list(graphs._slots.values()) == [fresh]
 
 
+def test_graph_slots_stay_within_their_memory_budget():
+    from ragen_lit.engines import decode_graphs
+
+    model = tiny_qwen2()
+    one = decode_graphs.DecodeGraphs(model, max_batch_size=8).slot(8, 256, torch.device("cpu")).cache_bytes
+    # 2 layers x (keys + values) x 8 rows x 2 kv heads x 256 positions x head dim 8 x 4 bytes
+    assert one == 2 * 2 * 8 * 2 * 256 * 8 * 4
+    graphs = decode_graphs.DecodeGraphs(model, max_batch_size=8, max_cache_bytes=3 * one)
+    slots = [graphs.slot(8, 256, torch.device("cpu")), graphs.slot(8, 512, torch.device("cpu"))]  # 1 + 2 units
+    assert list(graphs._slots.values()) == slots
+    third = graphs.slot(8, 512 + 256, torch.device("cpu"))  # 3 units: both older slots must go
+    assert list(graphs._slots.values()) == [third]
+    alone = decode_graphs.DecodeGraphs(model, max_batch_size=8, max_cache_bytes=1).slot(8, 256, torch.device("cpu"))
+    assert alone.cache_bytes > 1  # the slot in use is kept even beyond the budget
+
+
 def test_graph_decoding_refuses_models_it_would_mis_mask():
     config = transformers.Qwen2Config(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -26,8 +26,10 @@ from transformers import Cache, StaticCache
 # of this many positions. Each (batch, length) pair is captured once and kept.
 _MIN_BATCH_BUCKET = 8
 _LENGTH_BUCKET = 256
-# Slots kept alive (least recently used dropped first): each holds a whole static KV cache.
+# Slots kept alive (least recently used dropped first): each holds a whole static KV cache. At most
+# this many, and on a GPU at most this fraction of its memory in caches (a 5-turn episode needs ~5).
 _MAX_SLOTS = 8
+_MAX_CACHE_FRACTION = 0.25
 # Warm-up forwards before a capture (lazy initialisation, cuBLAS workspaces, autotuning).
 _WARMUP_FORWARDS = 2
 
@@ -75,6 +77,9 @@ class DecodeSlot:
         self.mask = torch.full((batch_size, 1, 1, length), self.mask_min, dtype=dtype, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
+        self.cache_bytes = sum(
+            t.numel() * t.element_size() for layer in self.cache.layers for t in (layer.keys, layer.values)
+        )
 
     def forward(self) -> torch.Tensor:
         """One eager forward over the static buffers: logits `[B, V]` of the next token."""
@@ -135,9 +140,12 @@ class DecodeSlot:
 class DecodeGraphs:
     """The slots of one model, captured on CUDA (replayed) and eager elsewhere."""
 
-    def __init__(self, model: torch.nn.Module, max_batch_size: int):
+    def __init__(self, model: torch.nn.Module, max_batch_size: int, max_cache_bytes: int | None = None):
+        """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
+        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept."""
         self.model = model
         self.max_batch_size = max_batch_size
+        self.max_cache_bytes = max_cache_bytes
         self._slots: OrderedDict[tuple[int, int], DecodeSlot] = OrderedDict()
         self._weights = self._weight_addresses()
 
@@ -160,5 +168,11 @@ class DecodeGraphs:
             slot = DecodeSlot(self.model, *key, device)
             if device.type == "cuda":
                 slot.capture()
+        budget = self.max_cache_bytes
+        if budget is None and device.type == "cuda":
+            budget = int(_MAX_CACHE_FRACTION * torch.cuda.get_device_properties(device).total_memory)
+        if budget is not None:
+            while self._slots and slot.cache_bytes + sum(s.cache_bytes for s in self._slots.values()) > budget:
+                self._slots.popitem(last=False)
         self._slots[key] = slot
         return slot
