@@ -107,6 +107,24 @@ def test_graph_decoding_samples_what_dynamic_decoding_samples(model, max_batch_s
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
+@pytest.mark.parametrize("architecture", ["qwen3", "llama"])
+def test_graph_decoding_matches_dynamic_decoding_on_other_architectures(architecture):
+    # Qwen3 (the embedded tiny model: q/k norms, explicit head_dim) and Llama (untied head)
+    torch.manual_seed(0)
+    shape = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2)
+    if architecture == "qwen3":
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**shape, head_dim=16))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape))
+    params = SamplingParams(max_new_tokens=20, temperature=1.0, seed=4)
+    dynamic = HFEngine(model, pad_token_id=0).generate(PROMPTS, params)
+    fixed = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
+    for a, b in zip(dynamic, fixed):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
 def test_graph_decoding_slots_are_bucketed_and_bounded():
     from ragen_lit.engines import decode_graphs
 
