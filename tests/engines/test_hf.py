@@ -147,6 +147,17 @@ def test_graph_decoding_slots_are_bucketed_and_bounded():
     assert fresh is not kept and list(graphs._slots.values()) == [fresh]
 
 
+def test_sync_keeps_the_graphs_of_the_same_model_and_drops_another_models():
+    model = tiny_qwen2()
+    engine = HFEngine(model, pad_token_id=0, cache="graph")
+    engine.generate(PROMPTS, greedy(3))
+    graphs = engine._graphs
+    engine.sync(model)  # the rollout loop does this before every call
+    assert engine._graphs is graphs and len(graphs._slots) > 0
+    engine.sync(tiny_qwen2(seed=1))
+    assert engine._graphs is None
+
+
 def test_graph_slots_stay_within_their_memory_budget():
     from ragen_lit.engines import decode_graphs
 

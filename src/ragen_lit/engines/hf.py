@@ -190,12 +190,16 @@ class HFEngine:
         self.dedup_prompts = dedup_prompts
 
     def sync(self, model: torch.nn.Module) -> None:
-        """Sample from `model` from now on (the module is shared, so its weights are always current)."""
+        """Sample from `model` from now on (the module is shared, so its weights are always current).
+
+        The rollout loop syncs before every call: the same module keeps its captured decode graphs
+        (they read the weights in place; `DecodeGraphs` re-captures if the weights move)."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.model = model
-        self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
-        self._graph_ok = unsupported_reason(model) is None
+        if getattr(self, "model", None) is not model:
+            self.model = model
+            self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
+            self._graph_ok = unsupported_reason(model) is None
 
     def cache_kind(self, device: torch.device) -> str:
         """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
