@@ -82,3 +82,19 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     assert "static cache, compiled" in done.stdout
     assert res["profile"]
     assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
+
+
+def test_plain_layers_unbinds_compiled_forwards_and_restores_them():
+    import transformers
+
+    from ragen_lit.models import compile_layers
+
+    bench = _load_script()
+    config = transformers.Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.Qwen2ForCausalLM(config)
+    compile_layers(model)
+    bound = [layer.forward for layer in model.model.layers]
+    with bench.plain_layers(model, None):
+        assert all("forward" not in layer.__dict__ for layer in model.model.layers)
+    assert [layer.forward for layer in model.model.layers] == bound

@@ -71,7 +71,8 @@ class DecodeSlot:
         self.cache = StaticCache(config=model.config, max_cache_len=length)
         text_config = model.config.get_text_config(decoder=True)
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-        self.cache.early_initialization(batch_size, text_config.num_key_value_heads, head_dim, dtype, device)
+        kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+        self.cache.early_initialization(batch_size, kv_heads, head_dim, dtype, device)
         self.input_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.mask = torch.full((batch_size, 1, 1, length), self.mask_min, dtype=dtype, device=device)
