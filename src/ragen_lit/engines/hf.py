@@ -83,7 +83,8 @@ def sample_next_tokens(
         logprobs = torch.log_softmax(logits, dim=-1)
         token_ids = logprobs.argmax(dim=-1)
         return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    # x / 1.0 == x exactly: skip a pass over [B, V] at the default temperature
+    logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, dim=-1)
     vocab_size = logprobs.shape[-1]
     candidate_logprobs, candidate_ids = logprobs, None
     if 0 < top_k < vocab_size:
