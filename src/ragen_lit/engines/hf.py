@@ -313,13 +313,10 @@ class HFEngine:
             cache.reorder_cache(copy_index)
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
-        stop_token_ids, stop_sequences, longest_stop = _stop_tensors(params, device)
+        stops = _Stops(params, device)
 
         # Outputs, indexed by chunk row; `rows` maps each batch row to its chunk row.
-        token_ids = torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device)
-        logprobs = torch.zeros(batch_size, max_new_tokens, dtype=torch.float32, device=device)
-        num_generated = torch.full((batch_size,), max_new_tokens, dtype=torch.long, device=device)
-        stopped = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        token_ids, logprobs, num_generated, stopped = _output_buffers(batch_size, max_new_tokens, device)
 
         rows = torch.arange(batch_size, device=device)
         finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
@@ -334,11 +331,7 @@ class HFEngine:
             live_rows = rows[~finished]
             token_ids[live_rows, step] = next_ids[~finished]
             logprobs[live_rows, step] = next_logprobs[~finished]
-            hit_stop = torch.isin(next_ids, stop_token_ids)
-            if stop_sequences:
-                recent = token_ids[rows, max(0, step + 1 - longest_stop) : step + 1]
-                hit_stop |= ends_with_stop_sequence(recent, stop_sequences)
-            newly_stopped = hit_stop & ~finished
+            newly_stopped = stops.hit(next_ids, token_ids, step, rows) & ~finished
             num_generated[rows[newly_stopped]] = step + 1
             stopped[rows[newly_stopped]] = True
             finished |= newly_stopped
@@ -381,23 +374,15 @@ class HFEngine:
         positions = prompt_mask.sum(-1)
         slot.load(prefix, copy_index, prompt_mask, positions)
         del prefix
-        stop_token_ids, stop_sequences, longest_stop = _stop_tensors(params, device)
-
-        token_ids = torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device)
-        logprobs = torch.zeros(batch_size, max_new_tokens, dtype=torch.float32, device=device)
-        num_generated = torch.full((batch_size,), max_new_tokens, dtype=torch.long, device=device)
-        finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        stops = _Stops(params, device)
+        token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
         for step in range(max_new_tokens):
             next_ids, next_logprobs = sample_next_tokens(
                 logits, params.temperature, params.top_k, params.top_p, generator
             )
             token_ids[:, step] = next_ids
             logprobs[:, step] = next_logprobs
-            hit_stop = torch.isin(next_ids, stop_token_ids)
-            if stop_sequences:
-                recent = token_ids[:, max(0, step + 1 - longest_stop) : step + 1]
-                hit_stop |= ends_with_stop_sequence(recent, stop_sequences)
-            newly_stopped = hit_stop & ~finished
+            newly_stopped = stops.hit(next_ids, token_ids, step) & ~finished
             num_generated = torch.where(newly_stopped, step + 1, num_generated)
             finished |= newly_stopped
             if step == max_new_tokens - 1:
@@ -408,15 +393,38 @@ class HFEngine:
         return _generations(token_ids, logprobs, num_generated, finished)
 
 
-def _stop_tensors(params: SamplingParams, device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor], int]:
-    """`params`' stop token ids `[S]`, stop sequences grouped by length (`[S_j, m_j]` each), and the
-    longest stop sequence's length."""
-    stop_token_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
-    stop_sequences = [
-        torch.tensor([list(s) for s in params.stop_sequences if len(s) == length], dtype=torch.long, device=device)
-        for length in sorted({len(s) for s in params.stop_sequences})
-    ]
-    return stop_token_ids, stop_sequences, max((len(s) for s in params.stop_sequences), default=0)
+class _Stops:
+    """`params`' stop token ids and stop sequences as device tensors (sequences grouped by length)."""
+
+    def __init__(self, params: SamplingParams, device: torch.device):
+        self.token_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
+        self.sequences = [
+            torch.tensor([list(s) for s in params.stop_sequences if len(s) == length], dtype=torch.long, device=device)
+            for length in sorted({len(s) for s in params.stop_sequences})
+        ]
+        self.longest = max((len(s) for s in params.stop_sequences), default=0)
+
+    def hit(self, next_ids: torch.Tensor, generated: torch.Tensor, step: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Which rows stop at `step`: `next_ids: [B]` is a stop token, or the ids so far (`generated`,
+        `next_ids` included at column `step`; its rows `rows` if given, else all) now end with a stop
+        sequence. Returns `[B] bool`."""
+        hit = torch.isin(next_ids, self.token_ids)
+        if self.sequences:
+            columns = slice(max(0, step + 1 - self.longest), step + 1)
+            recent = generated[:, columns] if rows is None else generated[rows, columns]
+            hit |= ends_with_stop_sequence(recent, self.sequences)
+        return hit
+
+
+def _output_buffers(batch_size: int, max_new_tokens: int, device: torch.device):
+    """Per chunk row: sampled ids `[B, N]`, their log-probs `[B, N]`, the count kept (N unless the row
+    stops) and whether it stopped."""
+    return (
+        torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device),
+        torch.zeros(batch_size, max_new_tokens, dtype=torch.float32, device=device),
+        torch.full((batch_size,), max_new_tokens, dtype=torch.long, device=device),
+        torch.zeros(batch_size, dtype=torch.bool, device=device),
+    )
 
 
 def _generations(
