@@ -96,10 +96,9 @@ class AgentRLModule(L.LightningModule):
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
         self.empty_streak = 0
         self._step_stats: dict[str, list[float]] = defaultdict(list)
+        self._configured = False  # `configure_model` ran (sharding and compilation happen once)
         # FSDP (set by `configure_model`): the sharded roots that score tokens (plain dict: not submodules),
         # the inference replica (a list: kept out of checkpoints) and the weight version it holds
-        self._fsdp = False
-        self._configured = False  # `configure_model` ran (sharding and compilation happen once)
         self._scorers: dict[int, torch.nn.Module] = {}
         self._inference: list[torch.nn.Module] = []
         self._policy_version = 0
@@ -147,18 +146,18 @@ class AgentRLModule(L.LightningModule):
             self._scorers[id(self.reference)] = fsdp.shard_causal_lm(self.reference, mesh, mp_policy)
         if self.critic is not None:
             fsdp.shard_module(self.critic, mesh, mp_policy)
-        self._fsdp = True
 
     @property
     def sharded(self) -> bool:
-        """Whether FSDP shards the models: every forward/backward on them is then collective (lockstep)."""
-        return self._fsdp
+        """Whether FSDP shards the models (`_shard` ran and made the inference replica): every
+        forward/backward on them is then collective (lockstep)."""
+        return bool(self._inference)
 
     def inference_policy(self) -> torch.nn.Module:
         """The model rollouts and diagnostics run on: the policy itself, or under FSDP the full replica,
         first refreshed from the shards if the policy stepped since (a collective then: all ranks call
         this at the same points, and all take the same optimizer steps)."""
-        if not self._fsdp:
+        if not self.sharded:
             return self.policy
         replica = self._inference[0]
         if next(replica.parameters()).device != self.device:  # made before the strategy moved the module
@@ -181,7 +180,7 @@ class AgentRLModule(L.LightningModule):
         size = self.cfg.optim.micro_batch_size
         real = list(_micro_batches(batch, size)) if batch is not None else []
         pairs = [(micro, True) for micro in real]
-        if self._fsdp:
+        if self.sharded:
             missing = dist_utils.max_over_ranks(len(real)) - len(real)
             if missing:
                 dummy = self._dummy_micro_batch()
@@ -251,7 +250,7 @@ class AgentRLModule(L.LightningModule):
             if values is not None:
                 parts["values"].append(torch.nn.functional.pad(values, (0, pad)))
         self.policy.train(was_training)
-        if self._fsdp:
+        if self.sharded:
             from ragen_lit.fsdp import reshard
 
             for root in self._scorers.values():
@@ -305,14 +304,14 @@ class AgentRLModule(L.LightningModule):
         a = self.cfg.algo
         out = {}
         local_rows = torch.stack([(row_bucket == b).sum() for b in range(num_buckets)])
-        bucket_rows = dist_utils.sum_over_ranks(local_rows) if self._fsdp else local_rows
+        bucket_rows = dist_utils.sum_over_ranks(local_rows) if self.sharded else local_rows
         for bucket in range(num_buckets):
             if int(bucket_rows[bucket]) == 0:
                 continue
             rows = (row_bucket == bucket).nonzero().flatten()
             sub = select_rows(batch, rows.to(batch["input_ids"].device))
             counts = torch.stack([sub["loss_mask"].sum(), sub["loss_mask"].any(-1).sum()])
-            if self._fsdp:
+            if self.sharded:
                 counts = dist_utils.sum_over_ranks(counts)
             totals = {"num_tokens": counts[0], "num_seqs": counts[1], "norm_length": self.cfg.rollout.max_turns * self.cfg.rollout.max_new_tokens}
             for kind in ("task", "reg"):
@@ -332,7 +331,7 @@ class AgentRLModule(L.LightningModule):
                             loss = loss + a.kl_coef * aggregate_loss(kl_penalty(lp.logprobs, micro["ref_logprobs"], a.kl_estimator), m, a.loss_agg, **totals)
                     loss.backward()
                 params = [p for p in self.policy.parameters() if p.requires_grad]  # after backward: the sharded ones under FSDP
-                if self._fsdp:
+                if self.sharded:
                     from ragen_lit.fsdp import global_norm
 
                     out[f"grad/{kind}_norm/q{bucket + 1}"] = float(global_norm([p.grad.detach().float() for p in params if p.grad is not None]))
@@ -351,7 +350,7 @@ class AgentRLModule(L.LightningModule):
         if int(dist_utils.sum_over_ranks(torch.tensor([int(has_rows)])).item()) == 0:
             return None  # no rank kept anything: this iteration makes no update
         if not has_rows:
-            if self._fsdp:  # the sharded update itself is collective: join it with dummy micro-batches
+            if self.sharded:  # the sharded update itself is collective: join it with dummy micro-batches
                 self.update(None, *self._optimizers_and_schedulers())
             else:
                 self._empty_rank_step()
@@ -449,12 +448,12 @@ class AgentRLModule(L.LightningModule):
 
     def _step(self, optimizer, model, name: str):
         clip = self.cfg.optim.grad_clip
-        if not self._fsdp:  # FSDP's reduce-scatter has summed them already
+        if not self.sharded:  # FSDP's reduce-scatter has summed them already
             dist_utils.sum_gradients(model)
         params = [p for p in model.parameters() if p.grad is not None]
         # with FSDP the gradients are DTensor shards and this is the global norm (a collective)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
-        if self._fsdp:
+        if self.sharded:
             from ragen_lit.fsdp import full_tensor
 
             norm = full_tensor(norm)

@@ -181,9 +181,9 @@ class HFEngine:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
         if cache not in _CACHE_KINDS:
             raise ValueError(f"cache must be one of {_CACHE_KINDS}, got {cache!r}")
-        if cache == "graph" and (reason := unsupported_reason(model)) is not None:
-            raise ValueError(f"cache='graph' does not support this model: {reason}; use cache='dynamic'")
         self.sync(model)
+        if cache == "graph" and not self._graph_ok:
+            raise ValueError(f"cache='graph' does not support this model: {unsupported_reason(model)}; use cache='dynamic'")
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.device = None if device is None else torch.device(device)
