@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
         ("optim.actor_lr=-1", "optim.actor_lr=-1.0 is out of range; it must be > 0.0"),
         ("model=hf", "model.name=hf needs model.path"),
         ("rollout.temperature=nan", "rollout.temperature=nan must be a finite number"),
+        ("diagnostics.max_tokens_per_forward=10", "diagnostics.max_tokens_per_forward=10 must be 0 (auto) or >= 64"),
+        ("rollout.hf_cache=paged", "rollout.hf_cache='paged' is not allowed; choose one of: auto, dynamic"),
     ],
 )
 def test_bad_overrides_name_key_value_and_allowed(override, message):

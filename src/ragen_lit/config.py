@@ -215,6 +215,9 @@ def validate(cfg: Config) -> Config:
     for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
         if getattr(t, key) is not None and t.strategy != "fsdp":
             raise ConfigError(f"trainer.{key}={getattr(t, key)!r} needs trainer.strategy=fsdp (now {t.strategy})")
+    budget = cfg.diagnostics.max_tokens_per_forward
+    if 0 < budget < 64:
+        raise ConfigError(f"diagnostics.max_tokens_per_forward={budget} must be 0 (auto) or >= 64")
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg
