@@ -30,3 +30,20 @@ def test_values_of_padded_rows_equal_values_of_each_row_alone(left):
     assert values[:, 0].abs().sum() == 0
     if not left:  # every position after a padding position is 0
         assert values[1, 4:].abs().sum() == 0 and values[1, 3] != 0
+
+
+def test_the_backbone_runs_without_a_kv_cache():
+    """A cache would cost a copy of every layer's keys and values, and `model.compile` runs cached
+    calls eagerly: the critic's update would then never use the compiled layers."""
+    config = transformers.Qwen2Config(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    assert config.use_cache  # the default a loaded backbone comes with
+    critic = Critic(transformers.Qwen2Model(config), config.hidden_size)
+    caches = []
+    for layer in critic.backbone.layers:
+        layer.register_forward_pre_hook(
+            lambda module, args, kwargs: caches.append(kwargs.get("past_key_values", kwargs.get("cache"))), with_kwargs=True
+        )
+    critic(torch.tensor([[1, 2, 3, 4]]), torch.ones(1, 4, dtype=torch.bool)).sum().backward()
+    assert len(caches) == 2 and all(cache is None for cache in caches)

@@ -123,8 +123,10 @@ class Critic(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         position_ids = default_position_ids(attention_mask)
+        # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
+        # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
         hidden = self.backbone(
-            input_ids=input_ids, attention_mask=causal_only_mask(attention_mask), position_ids=position_ids
+            input_ids=input_ids, attention_mask=causal_only_mask(attention_mask), position_ids=position_ids, use_cache=False
         ).last_hidden_state
         v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
         values = torch.zeros_like(v)
@@ -136,6 +138,7 @@ def load_critic(path: str, dtype: str) -> Critic:
     from transformers import AutoModel
 
     backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
+    backbone.config.use_cache = False
     critic = Critic(backbone, backbone.config.hidden_size)
     critic.value_head.to(resolve_dtype(dtype))
     return critic
