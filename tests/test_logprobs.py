@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from ragen_lit.logprobs import LogProbs, causal_only_mask, default_position_ids, token_logprobs
+from ragen_lit.logprobs import LogProbs, decoder_inputs, default_position_ids, token_logprobs
 
 VOCAB = 300
 TINY = dict(
@@ -197,8 +197,30 @@ def test_unsupported_logit_transform_is_refused():
 def test_right_padding_needs_no_decoder_mask_and_left_padding_keeps_it():
     right, right_mask = padded_batch([5, 2, 5], total=5, left=False)
     _, left_mask = padded_batch([5, 2, 5], total=5, left=True)
-    assert causal_only_mask(right_mask) is None
-    assert causal_only_mask(left_mask) is left_mask
+    mask, positions = decoder_inputs(right_mask)
+    assert mask is None and positions.tolist() == [list(range(5))] * 3  # counting on through the padding
+    mask, positions = decoder_inputs(left_mask)
+    assert torch.equal(mask, left_mask.long()) and torch.equal(positions, default_position_ids(left_mask))
     holes = right_mask.clone()
     holes[0, 2] = False  # a real token after a padding position: the mask matters
-    assert causal_only_mask(holes) is holes
+    assert torch.equal(decoder_inputs(holes)[0], holes.long())
+
+
+@pytest.mark.parametrize("scorer", ["token_logprobs", "critic"])
+def test_right_padded_batches_reach_the_attention_without_a_mask(scorer):
+    """Positions that stop at the padding made transformers see packed sequences and hand every layer a
+    dense [B, 1, T, T] mask (no causal kernel, K/V copied for grouped-query attention)."""
+    from ragen_lit.models import Critic
+
+    model = tiny_model("qwen2")
+    masks = []
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_pre_hook(
+            lambda module, args, kwargs: masks.append(kwargs.get("attention_mask")), with_kwargs=True
+        )
+    input_ids, mask = padded_batch([6, 3, 5], total=6, left=False)
+    if scorer == "critic":
+        Critic(model.model, model.config.hidden_size)(input_ids, mask)
+    else:
+        token_logprobs(model, input_ids, mask)
+    assert len(masks) == len(model.model.layers) and all(m is None for m in masks)

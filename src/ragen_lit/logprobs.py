@@ -37,18 +37,22 @@ def default_position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def causal_only_mask(attention_mask: Tensor) -> Tensor | None:
-    """The attention mask a decoder needs for `attention_mask` ([B, T]): None when every row is right
-    padded (its real tokens are a prefix), else the mask itself.
+def decoder_inputs(attention_mask: Tensor) -> tuple[Tensor | None, Tensor]:
+    """The attention mask and position ids a decoder without a KV cache needs for `attention_mask` [B, T].
 
-    Under causal attention a real token of a right-padded row only sees earlier real tokens, so the
-    padding mask changes nothing there, and without it the attention runs as plain causal attention
-    (flash kernels, no [B, 1, T, T] mask). Outputs at the padding positions differ, and are never used.
+    Right-padded rows (every row's real tokens are a prefix) need no mask: under causal attention a real
+    token only sees earlier real tokens, so the decoder runs plain causal attention (flash/cuDNN causal
+    kernels, grouped-query attention without copying K/V, no [B, 1, T, T] mask). Their positions are then
+    `arange(T)` for every row, counting on through the padding: positions that stop at the padding (as
+    `default_position_ids` gives) make transformers read each row as several packed sequences and build
+    the dense mask after all. Other padding: the mask itself and `default_position_ids`. Outputs at
+    padding positions differ between the two forms and are never used.
     """
     mask = attention_mask.bool()
     if bool((mask[:, 1:] & ~mask[:, :-1]).any()):  # a real token after a padding position
-        return attention_mask
-    return None
+        return attention_mask.long(), default_position_ids(attention_mask)
+    batch, length = attention_mask.shape
+    return None, torch.arange(length, device=attention_mask.device).expand(batch, length)
 
 
 def token_logprobs(
@@ -74,7 +78,7 @@ def token_logprobs(
         temperature: logits are divided by it before the log-softmax (sampling temperature).
         with_entropy: also return the entropy of each next-token distribution.
         max_tokens_per_chunk: most token positions whose full-vocabulary logits exist at once.
-        position_ids: [B, T] long; default `default_position_ids(attention_mask)`.
+        position_ids: [B, T] long; default `decoder_inputs(attention_mask)`'s (continuing after the cache's real tokens).
         score_mask: [B, T] bool, optional: score only these target positions (e.g. the response
             tokens), which saves the head's work on the rest; they come back as 0.
         cache: optional HF KV cache (`transformers.Cache`, batch size B or empty) of prefixes that the
@@ -109,20 +113,21 @@ def token_logprobs(
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
-    decoder_mask, cache_kwargs, past = attention_mask.long(), {}, 0
+    cache_kwargs = {}
     if cache is None:
-        decoder_mask = causal_only_mask(decoder_mask)
+        decoder_mask, positions = decoder_inputs(attention_mask)
     else:
         keyword = cache_keyword(model)
         if keyword is None:
             raise ValueError(f"model {type(model).__name__}'s decoder takes no KV cache argument")
         if cache_mask is None:
-            cache_mask = decoder_mask.new_ones(input_ids.shape[0], cache.get_seq_length())
-        decoder_mask = torch.cat([cache_mask.long(), decoder_mask], dim=1)
+            cache_mask = attention_mask.new_ones(input_ids.shape[0], cache.get_seq_length())
+        decoder_mask = torch.cat([cache_mask.long(), attention_mask.long()], dim=1)
         past = cache_mask.long().sum(-1, keepdim=True)  # real cached tokens per row
+        positions = default_position_ids(attention_mask) + past
         cache_kwargs = {keyword: cache}
     if position_ids is None:
-        position_ids = default_position_ids(attention_mask) + past
+        position_ids = positions
     # Token t is predicted from the hidden state at t−1, so both must be real tokens. (Found before
     # the decoder runs: `nonzero` waits for the device, which then has only earlier work queued.)
     scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ragen_lit.config import ConfigError, ModelConfig
-from ragen_lit.logprobs import causal_only_mask, default_position_ids
+from ragen_lit.logprobs import decoder_inputs
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -122,11 +122,11 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        position_ids = default_position_ids(attention_mask)
+        decoder_mask, position_ids = decoder_inputs(attention_mask)
         # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
         # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
         hidden = self.backbone(
-            input_ids=input_ids, attention_mask=causal_only_mask(attention_mask), position_ids=position_ids, use_cache=False
+            input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state
         v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
         values = torch.zeros_like(v)
