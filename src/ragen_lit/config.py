@@ -120,7 +120,7 @@ class DiagnosticsConfig:
     num_samples: int = _f(64, "reasoning samples scored per scope", ge=2)
     first_turn: bool = _f(True, "first-turn scope (prompt identity = group)")
     trajectory: bool = _f(True, "trajectory scope (pairs drawn over trajectories then turns)")
-    max_tokens_per_forward: int = _f(0, "memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU, 65536 on a GPU)", ge=0)
+    max_tokens_per_forward: int = _f(0, "memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory in KV copies, at most 262144)", ge=0)
     gradient_buckets: bool = _f(False, "log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)")
 
 

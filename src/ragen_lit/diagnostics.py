@@ -62,6 +62,22 @@ def trajectory_pairs(trajectories, num_samples: int, rng: random.Random):
     return pairs
 
 
+def kv_bytes_per_token(config, element_size: int) -> int:
+    """Bytes of keys and values one token adds to a full KV cache of a transformers decoder config."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return 2 * text.num_hidden_layers * kv_heads * head_dim * element_size
+
+
+def gpu_tokens_per_forward(total_memory: int, kv_bytes: int) -> int:
+    """The auto bound on a GPU: padded tokens whose cache copies take 1/20 of the card, within
+    [8192, 262144]. An H100 and the Qwen2.5-0.5B shape (12 KiB per token) get 262144, where the bench's
+    diagnostics iteration took 4.8 s against 6.3 s at 65536 (docs/PERFORMANCE.md, run 19)."""
+    return int(min(262144, max(8192, total_memory // 20 // kv_bytes)))
+
+
 class CollapseDiagnostics(nn.Module):
     """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
 
@@ -102,11 +118,15 @@ class CollapseDiagnostics(nn.Module):
 
     def tokens_per_forward(self, policy) -> int:
         """The cross-scorer's memory bound: `max_tokens_per_forward`, or for 0 (auto) 8192 on a CPU and
-        65536 on a GPU (where 8192 would split the trajectory scope into ~500 small forwards, each over
-        a copy of a ~900-token prompt cache: bound by launches, not by the GPU)."""
+        `gpu_tokens_per_forward` of the card and model on a GPU (where small forwards, each over a copy
+        of a ~900-token prompt cache, are bound by kernel launches and Python, not by the GPU)."""
         if self.cfg.max_tokens_per_forward:
             return self.cfg.max_tokens_per_forward
-        return 65536 if next(policy.parameters()).device.type == "cuda" else 8192
+        param = next(policy.parameters())
+        if param.device.type != "cuda":
+            return 8192
+        total = torch.cuda.get_device_properties(param.device).total_memory
+        return gpu_tokens_per_forward(total, kv_bytes_per_token(policy.config, param.element_size()))
 
     def _score(self, policy, chat, metric: MIDiagnostics, pairs) -> dict[str, float]:
         # one column per distinct key (group for first turn, draw index for trajectory scope)
