@@ -117,7 +117,10 @@ class Clock:
         self.device = device
         self.seconds: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.peak_bytes: dict[str, int] = defaultdict(int)
+        # the caching allocator's failed-then-retried allocations (it freed its cache and synchronised)
+        self.alloc_retries: dict[str, int] = defaultdict(int)
         self._started: dict[str, float] = {}
+        self._retries_at_start: dict[str, int] = {}
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -127,6 +130,7 @@ class Clock:
         self.sync()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._retries_at_start[name] = torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)
         self._started[name] = time.perf_counter()
 
     def stop(self, name: str, iteration: int) -> float:
@@ -135,6 +139,8 @@ class Clock:
         self.seconds[iteration][name] += elapsed
         if self.device.type == "cuda":
             self.peak_bytes[name] = max(self.peak_bytes[name], torch.cuda.max_memory_allocated(self.device))
+            retries = torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)
+            self.alloc_retries[name] += retries - self._retries_at_start.pop(name)
         return elapsed
 
     @contextmanager
@@ -166,6 +172,7 @@ class PipelineProbe(L.Callback):
         self.clock = clock
         self.trajectories = []
         self.minibatches = []
+        self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
         self.epoch_ends: dict[int, float] = {}
         self.reasoning_tokens: list[int] = []
         run_rollouts, diagnostics, prepare = data.run_rollouts, module.collapse_diagnostics, module.prepare_batch
@@ -196,6 +203,8 @@ class PipelineProbe(L.Callback):
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self.minibatches.append(batch)
+        if "attention_mask" in batch:
+            self.update_masks[trainer.current_epoch].append({k: batch[k].cpu() for k in ("attention_mask", "loss_mask")})
         self.clock.start("update")
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -424,9 +433,11 @@ def run(args, save) -> dict:
     reasoning_tokens = probe.reasoning_tokens
     policy_params = sum(p.numel() for p in module.policy.parameters())
     critic_params = sum(p.numel() for p in module.critic.parameters()) if module.critic is not None else None
-    flops, naive_flops = update_flops(model_config, probe.minibatches, policy_params, critic_params)
-    trained = sum(int(mb["attention_mask"].sum()) for mb in probe.minibatches)
-    last = per_iteration[-1]  # throughput and MFU: the iteration whose rollouts and mini-batches were kept
+    # per steady iteration: its own mini-batches' FLOPs over its own update time (the mean, not one iteration)
+    counts = [update_flops(model_config, probe.update_masks[i], policy_params, critic_params) for i in steady]
+    flops, naive_flops = (sum(c[k] for c in counts) / len(steady) for k in (0, 1))
+    trained = sum(int(mb["attention_mask"].sum()) for i in steady for mb in probe.update_masks[i]) / len(steady)
+    last = per_iteration[-1]  # the iteration whose rollouts and mini-batches were kept (generation tokens/s, baselines)
     peak_flops = PEAK_FLOPS if device.type == "cuda" else float("nan")
     r = cfg.rollout
     results = {
@@ -455,17 +466,20 @@ def run(args, save) -> dict:
         },
         "throughput": {
             "generation_tokens_per_s": sampled / last["generation"],
-            "training_tokens_per_s": trained / last["update"], "last_update_s": last["update"],
-            "update_flops": flops, "update_mfu": flops / last["update"] / peak_flops,
-            "update_mfu_naive_count": naive_flops / last["update"] / peak_flops,
+            "training_tokens_per_s": trained / mean["update"], "last_update_s": last["update"],
+            "update_flops": flops, "update_mfu": flops / mean["update"] / peak_flops,
+            "update_mfu_naive_count": naive_flops / mean["update"] / peak_flops,
         },
         "peak_memory_gib": {k: v / 2**30 for k, v in clock.peak_bytes.items()},
+        "alloc_retries": dict(clock.alloc_retries),
         "baselines": {},
         "profile": None,
     }
     save(results)
     progress("pipeline done: " + json.dumps({k: round(v, 3) for k, v in results["step"].items()}))
 
+    if args.pipeline_only:
+        return results
     results["step"].update({f"{k}_s": v for k, v in prepare_split(module, trajectories, clock).items()})
     save(results)
     progress("prepare split done")
@@ -504,6 +518,7 @@ def run(args, save) -> dict:
         save(results)
         progress(f"transformers generate, static cache, compiled: {b['hf_generate_static']}")
     results["peak_memory_gib"] = {k: v / 2**30 for k, v in clock.peak_bytes.items()}
+    results["alloc_retries"] = dict(clock.alloc_retries)
     save(results)
     return results
 
@@ -537,7 +552,7 @@ def format_table(res: dict) -> str:
         row("- values (critic)", s.get("values_s", float("nan")), "re-measured, same calls"),
         row(f"diagnostics (amortised, every {c['diagnostics_every_n_steps']})", s["diagnostics_amortised_s"],
             f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s; peak {mem.get('diagnostics', 0):.1f} GiB"),
-        row("update (actor + critic)", s["update_s"], f"MFU {t['update_mfu']:.1%} ({t['update_flops'] / 1e12:.1f} TFLOP, last iteration); "
+        row("update (actor + critic)", s["update_s"], f"MFU {t['update_mfu']:.1%} ({t['update_flops'] / 1e12:.1f} TFLOP per iteration; iterations 1+); "
             f"{t['training_tokens_per_s']:.0f} training tokens/s; peak {mem.get('update', 0):.1f} GiB"),
         row("other (filter, collate, Lightning)", s["other_s"]),
         row("step (default schedule)", step, f"diagnostics share {s['diagnostics_share']:.1%}"),
@@ -564,6 +579,9 @@ def format_table(res: dict) -> str:
         "",
         f"peak GPU memory (allocated, GiB) per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in mem.items()) if mem else "peak GPU memory: n/a (CPU)",
     ]
+    if res.get("alloc_retries"):
+        lines.append("allocator retries (cache freed and synchronised) per phase: "
+                     + ", ".join(f"{k} {v}" for k, v in res["alloc_retries"].items()))
     return "\n".join(lines)
 
 
@@ -580,6 +598,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides on top of the bench's own (e.g. model.compile=true optim.micro_batch_size=16)")
     parser.add_argument("--profile", action="store_true", help="also print an operator profile of one micro-batch of update work")
+    parser.add_argument("--pipeline-only", action="store_true",
+                        help="stop after the fit: no prepare split, engine, transformers or plain-update baselines")
     args = parser.parse_args()
     if args.iterations < (2 if args.no_diagnostics else 3):
         raise ValueError(f"--iterations must be >= 3 (warm-up, a steady step, a diagnostics step; >= 2 with --no-diagnostics), got {args.iterations}")

@@ -1,0 +1,66 @@
+"""`scripts/bench_update.py`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py"
+
+
+def _load_script():
+    sys.path.insert(0, str(SCRIPT.parent))  # the script imports bench_step from its own folder
+    try:
+        spec = importlib.util.spec_from_file_location("bench_update", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_variants_parse_config_keys_and_the_attention_backend():
+    bench = _load_script()
+    assert bench.parse_variant("c16:model.compile=true,optim.micro_batch_size=16,sdpa=flash") == (
+        "c16", ["model.compile=true", "optim.micro_batch_size=16"], "flash"
+    )
+    assert bench.parse_variant("plain:") == ("plain", [], None)
+    for bad, message in (("sdpa=flash", "expected name:"), ("x:sdpa", "is not key=value"), (":a=1", "may not be empty"), ("x:sdpa=fast", "allowed: flash")):
+        with pytest.raises(SystemExit, match=message):
+            bench.parse_variant(bad)
+
+
+def test_synthetic_batch_has_the_turn_structure():
+    bench = _load_script()
+    batch = bench.synthetic_batch(rows=6, length=200, turns=4, response=10, vocab=50, seed=0)
+    lengths = batch["attention_mask"].sum(-1)
+    assert ((lengths >= 190) & (lengths <= 210)).all()
+    assert batch["attention_mask"].shape[1] == int(lengths.max())
+    assert (batch["loss_mask"].sum(-1) == 40).all()  # 4 turns x 10 sampled tokens
+    assert (batch["turn_end_mask"].sum(-1) == 4).all()
+    assert not (batch["loss_mask"] & ~batch["attention_mask"]).any()
+    for row in range(6):  # the reward sits on the last sampled token
+        last = int(batch["loss_mask"][row].nonzero().max())
+        assert batch["token_rewards"][row, last] == batch["scores"][row]
+        assert batch["token_rewards"][row].count_nonzero() == 1
+
+
+@pytest.mark.slow
+def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
+    out = tmp_path / "update.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--repeats", "1", "--profile", "--out", str(out),
+         "--variant", "mb2:optim.micro_batch_size=2", "--variant", "bad:optim.micro_batch_size=0"],
+        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+    )
+    assert done.returncode == 1, done.stderr[-3000:]  # the bad variant fails, the report still prints
+    assert "| mb2 | optim.micro_batch_size=2 | 2 |" in done.stdout
+    assert "| bad | failed: " in done.stdout and "optim.micro_batch_size" in done.stdout
+    res = json.loads(out.read_text())
+    good = res["results"][0]
+    assert good["micro_batch_size"] == 2 and good["update_s"] > 0 and good["tokens_per_s"] > 0
+    assert good["profile"]["wall_s"] > 0
