@@ -78,7 +78,8 @@ def token_logprobs(
         temperature: logits are divided by it before the log-softmax (sampling temperature).
         with_entropy: also return the entropy of each next-token distribution.
         max_tokens_per_chunk: most token positions whose full-vocabulary logits exist at once.
-        position_ids: [B, T] long; default `decoder_inputs(attention_mask)`'s (continuing after the cache's real tokens).
+        position_ids: [B, T] long; default: `decoder_inputs(attention_mask)`'s, or with a `cache`
+            `default_position_ids` continuing after each row's real cached tokens.
         score_mask: [B, T] bool, optional: score only these target positions (e.g. the response
             tokens), which saves the head's work on the rest; they come back as 0.
         cache: optional HF KV cache (`transformers.Cache`, batch size B or empty) of prefixes that the
