@@ -21,6 +21,7 @@ from torch import nn
 from ragen_lit import distributed as dist_utils
 from ragen_lit.metrics import MIDiagnostics
 from ragen_lit.metrics.cross_scoring import cross_score
+from ragen_lit.models import kv_heads_and_dim
 
 
 def _gather_lists(items: list) -> tuple[list, int]:
@@ -64,11 +65,8 @@ def trajectory_pairs(trajectories, num_samples: int, rng: random.Random):
 
 def kv_bytes_per_token(config, element_size: int) -> int:
     """Bytes of keys and values one token adds to a full KV cache of a transformers decoder config."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return 2 * text.num_hidden_layers * kv_heads * head_dim * element_size
+    kv_heads, head_dim = kv_heads_and_dim(config)
+    return 2 * config.get_text_config(decoder=True).num_hidden_layers * kv_heads * head_dim * element_size
 
 
 def gpu_tokens_per_forward(total_memory: int, kv_bytes: int) -> int:

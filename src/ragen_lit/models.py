@@ -63,6 +63,14 @@ def load_policy(path: str, dtype: str) -> nn.Module:
     return model
 
 
+def kv_heads_and_dim(config) -> tuple[int, int]:
+    """(key/value heads, head dimension) of a transformers config's decoder; configs without
+    `num_key_value_heads` or `head_dim` mean full multi-head attention over `hidden_size / heads`."""
+    text = config.get_text_config(decoder=True)
+    heads = text.num_attention_heads
+    return getattr(text, "num_key_value_heads", None) or heads, getattr(text, "head_dim", None) or text.hidden_size // heads
+
+
 def layer_units(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks (FSDP units, compile units): modules whose class a transformers model lists in
     `_no_split_modules` (e.g. `Qwen2DecoderLayer`). Empty for other models (then only the root is a unit)."""
@@ -138,7 +146,6 @@ def load_critic(path: str, dtype: str) -> Critic:
     from transformers import AutoModel
 
     backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
-    backbone.config.use_cache = False
     critic = Critic(backbone, backbone.config.hidden_size)
     critic.value_head.to(resolve_dtype(dtype))
     return critic

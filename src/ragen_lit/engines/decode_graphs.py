@@ -22,6 +22,8 @@ from collections import OrderedDict
 import torch
 from transformers import Cache, StaticCache
 
+from ragen_lit.models import kv_heads_and_dim
+
 # Buckets: batch sizes are rounded up to a power of two (at least this), cache lengths to a multiple
 # of this many positions. Each (batch, length) pair is captured once and kept.
 _MIN_BATCH_BUCKET = 8
@@ -69,9 +71,7 @@ class DecodeSlot:
         dtype = next(model.parameters()).dtype
         self.mask_min = torch.finfo(dtype).min
         self.cache = StaticCache(config=model.config, max_cache_len=length)
-        text_config = model.config.get_text_config(decoder=True)
-        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
-        kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+        kv_heads, head_dim = kv_heads_and_dim(model.config)
         self.cache.early_initialization(batch_size, kv_heads, head_dim, dtype, device)
         self.input_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
