@@ -5,7 +5,7 @@
 
 The workload mimics turn 1 of a training iteration: groups of 16 rollouts share one prompt, and a
 set of stop tokens ends rows at different steps (as answers do). The model is a randomly initialised
-Qwen2 of the built-in tiny model's shape (`ragen_lit.tiny.build.TinyRecipe`), so no weights are
+Qwen2 of the built-in tiny model's shape (`ragen_lit.presets.tiny.build.TinyRecipe`), so no weights are
 loaded. Tokens/s counts generated tokens over the wall time of one `generate` call (prefill included).
 """
 from __future__ import annotations

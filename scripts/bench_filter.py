@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from ragen_lit.batch import collate, select_rows
+from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.config import load_config
-from ragen_lit.data import RolloutDataModule, plan_minibatches
-from ragen_lit.module import AgentRLModule
+from ragen_lit.training.data import RolloutDataModule, plan_minibatches
+from ragen_lit.training.module import AgentRLModule
 
 
 def timed_update(module: AgentRLModule, trajectories, keep_rows, cfg, repeats: int) -> tuple[float, int, int]:

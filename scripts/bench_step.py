@@ -12,7 +12,7 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
   which has no critic; PPO is the heavier step and times the value passes too);
 
 * the model is a randomly initialised Qwen2 of the Qwen2.5-0.5B shape (bf16), saved with a byte-level
-  BPE trained offline on environment text (`ragen_lit.tiny.tokenizer`; its ~1.5k ids fit the
+  BPE trained offline on environment text (`ragen_lit.presets.tiny.tokenizer`; its ~1.5k ids fit the
   151,936-row vocabulary). A random model practically never samples `</answer>` or `<|im_end|>` (2 of
   151,936 ids), so every turn runs to `max_new_tokens` and every episode to `max_turns`: a fixed,
   reproducible workload (the sampled and sequence token counts are printed);
@@ -57,16 +57,16 @@ import torch
 import transformers
 
 from ragen_lit.agent.prompts import ANSWER_CLOSE
-from ragen_lit.batch import collate
+from ragen_lit.training.batch import collate
 from ragen_lit.config import load_config
-from ragen_lit.data import RolloutDataModule
+from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.module import AgentRLModule
-from ragen_lit.module import _micro_batches as micro_batches  # the update's own slicing (FLOPs count what it runs)
-from ragen_lit.tiny.build import TinyRecipe, tokenizer_corpus
-from ragen_lit.tiny.tokenizer import train_tokenizer
+from ragen_lit.training.module import AgentRLModule
+from ragen_lit.training.module import _micro_batches as micro_batches  # the update's own slicing (FLOPs count what it runs)
+from ragen_lit.presets.tiny.build import TinyRecipe, tokenizer_corpus
+from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 
 PEAK_FLOPS = 989e12  # H100 SXM, dense bf16
 REPO = Path(__file__).resolve().parents[1]

@@ -45,10 +45,10 @@ from bench_step import (
     write_random_model,
 )
 
-from ragen_lit.batch import select_rows
+from ragen_lit.training.batch import select_rows
 from ragen_lit.config import load_config
-from ragen_lit.data import plan_minibatches
-from ragen_lit.module import AgentRLModule
+from ragen_lit.training.data import plan_minibatches
+from ragen_lit.training.module import AgentRLModule
 
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton kernels

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragen_lit.tiny.build import build_tiny_model, default_cache_dir, FOLDER_NAME, BUILD_INFO
+from ragen_lit.presets.tiny.build import build_tiny_model, default_cache_dir, FOLDER_NAME, BUILD_INFO
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 from typing import Callable
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "ragen_lit" / "data" / "mathqa_synthetic.jsonl"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "ragen_lit" / "envs" / "data" / "mathqa_synthetic.jsonl"
 NAMES = ["Ava", "Ben", "Chen", "Dana", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jade", "Kofi", "Lena", "Mateo", "Nia", "Omar", "Priya"]
 ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cookies", "stamps", "shells", "cards", "balloons"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = (
-    "import sys, json, dataclasses; from pathlib import Path; from ragen_lit.tiny.build import TinyRecipe, build_tiny_model; "
+    "import sys, json, dataclasses; from pathlib import Path; from ragen_lit.presets.tiny.build import TinyRecipe, build_tiny_model; "
     "build_tiny_model(Path(sys.argv[2]), recipe=dataclasses.replace(TinyRecipe(), **json.loads(sys.argv[1])))"
 )
 

@@ -11,7 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def tiny_model_dir(tmp_path_factory):
     """A small build of the embedded tiny model (the real builder, a reduced SFT budget), shared by
     the end-to-end tests; the full recipe is exercised by `scripts/build_tiny_model.py`."""
-    from ragen_lit.tiny.build import TinyRecipe, build_tiny_model
+    from ragen_lit.presets.tiny.build import TinyRecipe, build_tiny_model
 
     recipe = TinyRecipe(sft_episodes=120, other_env_episodes=8, sft_steps=60, val_envs=0, corpus_episodes=60)
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", recipe=recipe, log=lambda _: None)

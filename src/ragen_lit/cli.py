@@ -17,7 +17,7 @@ def fit(cfg: Config) -> dict[str, float]:
     """Train; returns the end-of-run summary."""
     import torch
 
-    from ragen_lit.tracking import resolve_run_dir
+    from ragen_lit.training.tracking import resolve_run_dir
 
     started = time.perf_counter()
     check_env(cfg)
@@ -42,10 +42,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.data import RolloutDataModule
-    from ragen_lit.module import AgentRLModule
-    from ragen_lit.tracking import format_summary, make_logger, summarize, write_run_info
+    from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.training.data import RolloutDataModule
+    from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.tracking import format_summary, make_logger, summarize, write_run_info
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
     module = AgentRLModule(cfg)
@@ -100,11 +100,11 @@ def check_env(cfg: Config) -> None:
 
 def _strategy(cfg: Config):
     if cfg.trainer.strategy == "fsdp":
-        from ragen_lit.distributed_strategy import fsdp_strategy
+        from ragen_lit.parallel.strategy import fsdp_strategy
 
         return fsdp_strategy(cfg)
     if cfg.trainer.strategy == "ddp":
-        from ragen_lit.distributed_strategy import ddp_strategy
+        from ragen_lit.parallel.strategy import ddp_strategy
 
         return ddp_strategy(cfg)
     return "auto"

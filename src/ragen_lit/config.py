@@ -13,9 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A user mistake in the configuration; the message is one line naming key, value and what is allowed."""
+from ragen_lit.errors import ConfigError
 
 
 def _f(default, doc: str, **kw):

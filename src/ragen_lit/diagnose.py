@@ -159,7 +159,7 @@ def diagnose_rollouts(
     """
     import torch
 
-    from ragen_lit.diagnostics import column_groups_of
+    from ragen_lit.metrics.collapse import column_groups_of
     from ragen_lit.metrics import MIDiagnostics, cross_score
 
     tokenized = _tokenize_rows(tokenizer, rows, skipped)
@@ -319,7 +319,7 @@ def resolve_model(model: str) -> str:
     """Folder or hub id to load: a preset name (`tiny`, `smollm2-135m`) or the argument itself.
 
     Raises `ConfigError` for a local path that is missing or is not a model folder."""
-    from ragen_lit.models import resolve_model_path
+    from ragen_lit.presets import resolve_model_path
 
     if model in MODEL_PRESETS:
         return resolve_model_path(ModelConfig(name=model))

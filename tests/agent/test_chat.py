@@ -2,7 +2,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.tiny.tokenizer import train_tokenizer
+from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")

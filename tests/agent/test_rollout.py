@@ -5,10 +5,10 @@ import pytest
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
-from ragen_lit.batch import collate
+from ragen_lit.training.batch import collate
 from ragen_lit.engines.base import Generation, SamplingParams
 from ragen_lit.envs import FrozenLakeEnv
-from ragen_lit.tiny.tokenizer import train_tokenizer
+from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 
 GRID = ["SFFF", "FHFH", "FFFH", "HFFG"]
 

@@ -1,7 +1,7 @@
 """MathQA: answer a math word problem (ragen_reference.md §3.6, the reference's MetaMathQA env).
 
 Questions come from a JSONL or parquet file with `question` and `answer` fields (`path`), by default
-the bundled synthetic set `ragen_lit/data/mathqa_synthetic.jsonl` (made by
+the bundled synthetic set `ragen_lit/envs/data/mathqa_synthetic.jsonl` (made by
 `scripts/make_mathqa_data.py`). The instance of seed s is question `s % len(data)`. An answer is
 correct when it equals the gold answer after `normalize_answer`. With `max_attempts` > 1 a wrong
 answer may be retried and a correct one earns 1, 0.5, 0.25, ... by attempt, as in the reference.
@@ -32,7 +32,7 @@ def normalize_answer(text: Any) -> str:
 
 
 def default_data_path() -> Path:
-    return Path(str(importlib.resources.files("ragen_lit").joinpath("data", "mathqa_synthetic.jsonl")))
+    return Path(str(importlib.resources.files("ragen_lit.envs").joinpath("data", "mathqa_synthetic.jsonl")))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`python -m ragen_lit fit ARGS`, with probes, for the multi-rank tests of `test_fit_e2e.py`.
 
-`RAGEN_LIT_PROBE_DIR=OUT python tests/fsdp_fit_probe.py fit --config ... overrides` runs the normal
+`RAGEN_LIT_PROBE_DIR=OUT python tests/parallel/fsdp_fit_probe.py fit --config ... overrides` runs the normal
 CLI (Lightning relaunches this same script for the other ranks); every rank writes OUT/rank{r}.pt holding, at
 train start (after any checkpoint restore) and at train end, its inference policy's weights and its
 actor optimizer's step count, plus per iteration the filter statistics (computed from all ranks'
@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from ragen_lit import cli
-from ragen_lit.data import RolloutDataModule
-from ragen_lit.fsdp import full_tensor
-from ragen_lit.module import AgentRLModule
+from ragen_lit.training.data import RolloutDataModule
+from ragen_lit.parallel.fsdp import full_tensor
+from ragen_lit.training.module import AgentRLModule
 
 OUT = Path(os.environ["RAGEN_LIT_PROBE_DIR"])
 RECORD: dict = {"filter": []}

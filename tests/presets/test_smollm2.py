@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen_lit import smollm2
+from ragen_lit.presets import smollm2
 from ragen_lit.config import ConfigError
-from ragen_lit.smollm2 import (
+from ragen_lit.presets.smollm2 import (
     FOLDER_NAME,
     GGUF_NAME,
     INSTALL_COMMAND,
@@ -238,7 +238,7 @@ def test_one_frozenlake_iteration_with_the_preset(converted, tmp_path):
     from ragen_lit.cli import fit
     from ragen_lit.config import load_config
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     cfg = load_config(str(root / "conf" / "frozenlake.yaml"), [
         "model=smollm2-135m", f"logging.output_dir={tmp_path}", "trainer.iterations=1", "trainer.threads=1",
         "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=16",

@@ -12,8 +12,8 @@ from ragen_lit.envs import make_env
 from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.sokoban import SokobanEnv
-from ragen_lit.tiny.expert import ExpertEngine, action_budget, best_move, distances_to, last_state, parse_lake
-from ragen_lit.tiny.tokenizer import byte_tokenizer
+from ragen_lit.presets.tiny.expert import ExpertEngine, action_budget, best_move, distances_to, last_state, parse_lake
+from ragen_lit.presets.tiny.tokenizer import byte_tokenizer
 
 # Start (0, 0), goal (3, 3), holes (1, 1), (1, 3), (2, 3), (3, 0).
 LAKE = ["SFFF", "FHFH", "FFFH", "HFFG"]

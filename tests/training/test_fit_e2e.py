@@ -14,7 +14,7 @@ import torch
 from ragen_lit.cli import fit
 from ragen_lit.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=48",
     "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.every_n_steps=1",
@@ -106,8 +106,8 @@ FSDP = ["trainer.strategy=fsdp", "trainer.accelerator=cpu", "algo=ppo", "algo.kl
 
 
 def _probe_fit(tmp_path, model_dir, probe_dir, *extra, devices=2):
-    """`fit` through tests/fsdp_fit_probe.py: returns what each rank recorded (see that script)."""
-    cmd = [sys.executable, str(ROOT / "tests" / "fsdp_fit_probe.py"), "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"),
+    """`fit` through tests/parallel/fsdp_fit_probe.py: returns what each rank recorded (see that script)."""
+    cmd = [sys.executable, str(ROOT / "tests" / "parallel" / "fsdp_fit_probe.py"), "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"),
            f"model.path={model_dir}", f"logging.output_dir={tmp_path}", *SMALL, *FSDP, f"trainer.devices={devices}", *extra]
     env = {**os.environ, "RAGEN_LIT_PROBE_DIR": str(probe_dir)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)

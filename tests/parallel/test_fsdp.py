@@ -20,7 +20,7 @@ import socket
 import pytest
 import torch
 
-from ragen_lit.batch import select_rows
+from ragen_lit.training.batch import select_rows
 from ragen_lit.config import load_config
 
 ROWS = 6
@@ -61,7 +61,7 @@ def _sgd(module):
 
 
 def _full_weights(model) -> dict[str, torch.Tensor]:
-    from ragen_lit.fsdp import full_tensor
+    from ragen_lit.parallel.fsdp import full_tensor
 
     return {n: full_tensor(p.detach()).cpu().clone() for n, p in model.named_parameters()}
 
@@ -72,7 +72,7 @@ def _to(batch: dict[str, torch.Tensor] | None, device) -> dict[str, torch.Tensor
 
 def _reference(cfg, device: torch.device) -> dict:
     """Everything the single process computes on all rows."""
-    from ragen_lit.module import AgentRLModule
+    from ragen_lit.training.module import AgentRLModule
 
     module = AgentRLModule(cfg).to(device)
     module.on_fit_start()  # the frozen reference follows the module's device
@@ -91,7 +91,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ragen_lit.module import AgentRLModule
+    from ragen_lit.training.module import AgentRLModule
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -168,7 +168,7 @@ def test_fsdp_config_checks():
         load_config(None, ["trainer.fsdp_param_dtype=bfloat16"])
     cfg = load_config(None, ["trainer.strategy=fsdp", "trainer.fsdp_param_dtype=bfloat16", "trainer.fsdp_reduce_dtype=float32"])
     from ragen_lit.cli import _strategy
-    from ragen_lit.distributed_strategy import FSDPStrategy
+    from ragen_lit.parallel.strategy import FSDPStrategy
 
     strategy = _strategy(cfg)
     assert isinstance(strategy, FSDPStrategy) and strategy._timeout.total_seconds() == 60 * cfg.trainer.timeout_minutes
@@ -179,7 +179,7 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     import time
 
     from ragen_lit.config import ConfigError
-    from ragen_lit.tracking import resolve_run_dir
+    from ragen_lit.training.tracking import resolve_run_dir
 
     folders = []
     for name in ("frozenlake-ppo-top_p0.9-a", "frozenlake-ppo-top_p0.9-b"):

@@ -52,9 +52,9 @@ from ragen_lit.agent.trajectory import Trajectory
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import ENV_CLASSES, make_env
-from ragen_lit.tiny.expert import ExpertEngine
-from ragen_lit.tiny.sft import supervised_finetune
-from ragen_lit.tiny.tokenizer import byte_tokenizer, train_tokenizer
+from ragen_lit.presets.tiny.expert import ExpertEngine
+from ragen_lit.presets.tiny.sft import supervised_finetune
+from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
 CACHE_ENV = "RAGEN_LIT_CACHE"
 FOLDER_NAME = "tiny-v1"

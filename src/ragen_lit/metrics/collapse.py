@@ -18,7 +18,7 @@ import random
 import torch
 from torch import nn
 
-from ragen_lit import distributed as dist_utils
+from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.metrics import MIDiagnostics
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import kv_heads_and_dim

@@ -17,9 +17,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from ragen_lit import distributed as dist_utils
+from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
-from ragen_lit.batch import collate, select_rows
+from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env

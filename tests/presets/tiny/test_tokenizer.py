@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.prompts import system_prompt, user_message
 from ragen_lit.envs import ENV_CLASSES, make_env
-from ragen_lit.tiny.build import TinyRecipe, tokenizer_corpus
-from ragen_lit.tiny.tokenizer import TAG_TOKENS, byte_tokenizer, train_tokenizer
+from ragen_lit.presets.tiny.build import TinyRecipe, tokenizer_corpus
+from ragen_lit.presets.tiny.tokenizer import TAG_TOKENS, byte_tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ sequence count of the mini-batch, so the update equals the single-process update
 
 `FSDPStrategy` (`trainer.strategy=fsdp`) is Lightning's `ModelParallelStrategy` with a one-dimensional
 data-parallel mesh over all ranks (no tensor parallelism). `AgentRLModule.configure_model` shards the
-policy, the critic and the frozen reference with FSDP2 on that mesh (`ragen_lit.fsdp`): the
+policy, the critic and the frozen reference with FSDP2 on that mesh (`ragen_lit.parallel.fsdp`): the
 reduce-scatter sums gradients (divide factor 1), so the same globally normalised losses give the same
 update as DDP. Every sharded forward/backward is a collective; the module pads every rank's
 micro-batch count to the maximum over ranks (`AgentRLModule._lockstep_micro_batches`). Checkpoints

@@ -1,0 +1,23 @@
+"""Model loading (`loaders`) and the critic (`critic`); which folder to load is `ragen_lit.presets`'s job."""
+from ragen_lit.models.critic import Critic, load_critic
+from ragen_lit.models.loaders import (
+    DTYPES,
+    compile_layers,
+    kv_heads_and_dim,
+    layer_units,
+    load_policy,
+    load_tokenizer,
+    resolve_dtype,
+)
+
+__all__ = [
+    "DTYPES",
+    "Critic",
+    "compile_layers",
+    "kv_heads_and_dim",
+    "layer_units",
+    "load_critic",
+    "load_policy",
+    "load_tokenizer",
+    "resolve_dtype",
+]
