@@ -1,0 +1,169 @@
+"""The dependency rule of docs/ARCHITECTURE.md, read from the imports of every source file.
+
+Rooms stand on floors: a room may import only the rooms its entry in `ALLOWED` names (and itself).
+Function-level imports count too (a lazy import is still an arrow), and the module graph must have
+no circle. Only the Lightning-facing rooms import `lightning`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
+
+# The floors, bottom up. `parallel.collectives` is torch.distributed only, so the floors below
+# `parallel` may use it.
+BOTTOM = {"errors", "algos", "filtering", "logprobs", "envs", "parallel.collectives"}
+ALLOWED: dict[str, set[str]] = {
+    **{room: set() for room in BOTTOM},
+    "models": {"errors", "logprobs"},
+    "engines": {"errors", "models", "parallel.collectives"},
+    "agent": {"envs", "engines"},
+    "metrics": {"errors", "logprobs", "models", "algos", "filtering", "parallel.collectives"},
+    "config": {"errors", "algos", "filtering", "envs", "engines", "models"},
+    "presets": {"errors", "config", "models", "engines", "envs", "agent"},
+    "parallel": {"parallel.collectives", "errors", "logprobs", "models"},
+    "training": {
+        "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
+        "metrics", "parallel", "parallel.collectives", "config",
+    },
+    "diagnose": {"errors", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives"},
+    "cli": {"errors", "config", "training", "parallel", "diagnose", "envs", "presets"},
+    "bench": {
+        "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
+        "metrics", "parallel", "parallel.collectives", "config", "training",
+    },
+    "__main__": {"cli"},
+    "__init__": {"envs"},
+}
+LIGHTNING_ROOMS = {"training", "parallel", "cli", "bench"}
+
+
+def room_of(module: str) -> str:
+    """`ragen_lit.parallel.fsdp` → `parallel`; `ragen_lit.parallel.collectives` is a room of its own."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "__init__"
+    if parts[:2] == ["parallel", "collectives"]:
+        return "parallel.collectives"
+    return parts[0]
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth of the file, relative imports resolved."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            # `from a.b import c`: the submodule a.b.c when there is one, else a name of a.b
+            # (`project_graph` resolves each to the longest module prefix that exists)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def project_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imports_of(path):
+            if not imported.startswith("ragen_lit"):
+                continue
+            # an import of a name inside a module resolves to the longest module prefix we have
+            while imported not in modules and "." in imported:
+                imported = imported.rpartition(".")[0]
+            if imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_every_room_is_known():
+    rooms = {room_of(m) for m in project_graph()}
+    assert rooms <= set(ALLOWED), f"rooms without a floor in ALLOWED: {sorted(rooms - set(ALLOWED))}"
+
+
+def test_rooms_import_only_the_floors_below_them():
+    violations = []
+    for module, targets in sorted(project_graph().items()):
+        room = room_of(module)
+        for target in sorted(targets):
+            target_room = room_of(target)
+            if target_room != room and target_room not in ALLOWED[room]:
+                violations.append(f"{module} -> {target}")
+    assert not violations, "upward or sideways imports:\n" + "\n".join(violations)
+
+
+def test_only_the_lightning_rooms_import_lightning():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        room = room_of(module_name(path))
+        lightning = {m for m in imports_of(path) if m.split(".")[0] in ("lightning", "pytorch_lightning")}
+        if lightning and room not in LIGHTNING_ROOMS:
+            offenders.append(f"{module_name(path)} imports {sorted(lightning)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_module_graph_has_no_circle():
+    graph = project_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return stack[stack.index(target) :] + [target]
+            if target not in state and (circle := visit(target)):
+                return circle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (circle := visit(node)):
+            raise AssertionError("import circle: " + " -> ".join(circle))
+
+
+def test_the_rule_reader_sees_a_circle_and_an_upward_import(tmp_path, monkeypatch):
+    """The checks above can fail: on a made-up package with a circle and an algos -> training arrow."""
+    package = tmp_path / "ragen_lit"
+    (package / "algos").mkdir(parents=True)
+    (package / "training").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "algos" / "__init__.py").write_text("from ragen_lit.training import loop\n")
+    (package / "training" / "__init__.py").write_text("")
+    (package / "training" / "loop.py").write_text("def f():\n    from ragen_lit.algos import x\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    graph = project_graph()
+    assert graph["ragen_lit.algos"] == {"ragen_lit.training.loop"}
+    assert graph["ragen_lit.training.loop"] == {"ragen_lit.algos"}
+    try:
+        test_rooms_import_only_the_floors_below_them()
+    except AssertionError as error:
+        assert "ragen_lit.algos -> ragen_lit.training.loop" in str(error)
+    else:
+        raise AssertionError("the upward import was not reported")
+    try:
+        test_the_module_graph_has_no_circle()
+    except AssertionError as error:
+        assert "import circle" in str(error)
+    else:
+        raise AssertionError("the circle was not reported")
