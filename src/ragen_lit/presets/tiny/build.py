@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -52,11 +51,11 @@ from ragen_lit.agent.trajectory import Trajectory
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import ENV_CLASSES, make_env
+from ragen_lit.presets.cache import default_cache_dir
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
-CACHE_ENV = "RAGEN_LIT_CACHE"
 FOLDER_NAME = "tiny-v1"
 BUILD_INFO = "tiny_build.json"
 # Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
@@ -90,14 +89,6 @@ class TinyRecipe:
     val_temperature: float = 0.5
     seed: int = 0
     threads: int = 2  # torch CPU threads during the build
-
-
-def default_cache_dir() -> Path:
-    """`$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "ragen_lit"
 
 
 def build_tiny_model(
