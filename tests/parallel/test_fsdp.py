@@ -61,7 +61,7 @@ def _sgd(module):
 
 
 def _full_weights(model) -> dict[str, torch.Tensor]:
-    from ragen_lit.parallel.fsdp import full_tensor
+    from ragen_lit.parallel.collectives import full_tensor
 
     return {n: full_tensor(p.detach()).cpu().clone() for n, p in model.named_parameters()}
 

@@ -47,6 +47,7 @@ import torch
 
 from ragen_lit.engines.base import Generation, SamplingParams
 from ragen_lit.engines.hf import _validate as validate_sampling_params
+from ragen_lit.parallel.collectives import full_tensor, rank_and_world
 
 logger = logging.getLogger(__name__)
 
@@ -82,13 +83,6 @@ def vllm_weight_name(name: str) -> str | None:
         del parts[at : at + 2]  # "modules_to_save.<adapter name>"
     cleaned = ".".join(p for p in parts if p != "base_layer")
     return cleaned.removeprefix(_PEFT_PREFIX)
-
-
-def full_tensor(param: torch.Tensor) -> torch.Tensor:
-    """The whole parameter: an FSDP2 `DTensor` is all-gathered (a collective: every rank must call
-    it, in the same order); a plain tensor comes back as is."""
-    gather = getattr(param, "full_tensor", None)
-    return gather() if callable(gather) else param
 
 
 def _adapter_owner(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -216,15 +210,6 @@ def _check_model_path(model_path: str) -> None:
         )
 
 
-def _world() -> tuple[int, int]:
-    """(rank, world size) of the default process group; (0, 1) when none is initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 class VLLMEngine:
     """The `Engine` over an in-process vLLM `LLM`.
 
@@ -270,7 +255,7 @@ class VLLMEngine:
                 raise
             raise ImportError(VLLM_EXTRA_MESSAGE) from error
 
-        self.rank, world_size = _world()
+        self.rank, world_size = rank_and_world()
         self.distributed = world_size > 1 if distributed is None else distributed
         self.sleep_mode = enable_sleep_mode and torch.cuda.is_available()
         if enable_sleep_mode and not self.sleep_mode:
