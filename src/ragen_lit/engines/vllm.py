@@ -47,13 +47,15 @@ import torch
 
 from ragen_lit.engines.base import Generation, SamplingParams
 from ragen_lit.engines.hf import _validate as validate_sampling_params
+from ragen_lit.models import DTYPES
 from ragen_lit.parallel.collectives import full_tensor, rank_and_world
 
 logger = logging.getLogger(__name__)
 
 VLLM_EXTRA_MESSAGE = "rollout.engine=vllm needs the vllm extra: pip install 'ragen_lit[vllm]'"
 
-_DTYPES = ("bfloat16", "float16", "float32", "auto")
+# vLLM also takes "auto", which it resolves from the checkpoint.
+_DTYPES = (*DTYPES, "auto")
 
 # Segments that wrappers insert into parameter names: FSDP1, activation checkpointing, torch.compile.
 _WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})

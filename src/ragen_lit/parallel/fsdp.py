@@ -24,10 +24,8 @@ import torch
 from torch import nn
 
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.models import layer_units
+from ragen_lit.models import DTYPES, layer_units
 from ragen_lit.parallel.collectives import full_tensor
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 class TokenScorer(nn.Module):
