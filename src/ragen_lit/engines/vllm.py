@@ -45,8 +45,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ragen_lit.engines.base import Generation, SamplingParams
-from ragen_lit.engines.hf import _validate as validate_sampling_params
+from ragen_lit.engines.base import Generation, SamplingParams, validate_request
 from ragen_lit.models import DTYPES
 from ragen_lit.parallel.collectives import full_tensor, rank_and_world
 
@@ -327,10 +326,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm import TokensPrompt
 
-        validate_sampling_params(params)
-        prompts = [list(p) for p in prompts]
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt must hold at least one token id; got an empty prompt")
+        prompts = validate_request(prompts, params)
         if not prompts:
             return []
         truncating = params.temperature > 0 and (params.top_k > 0 or params.top_p < 1)
