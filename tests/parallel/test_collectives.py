@@ -1,19 +1,11 @@
 """Collectives shared by the trainer, the engines and the diagnostics: alone, and over two gloo processes."""
 from __future__ import annotations
 
-import socket
-
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ragen_lit.parallel.collectives import full_tensor, gather_lists, rank_and_world
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_without_process_group_everything_is_local():
@@ -39,5 +31,5 @@ def worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-def test_gather_lists_over_two_ranks():
-    mp.spawn(worker, args=(free_port(),), nprocs=2, join=True)
+def test_gather_lists_over_two_ranks(free_port):
+    mp.spawn(worker, args=(free_port,), nprocs=2, join=True)
