@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ragen_lit.presets.tiny.build import build_tiny_model, default_cache_dir, FOLDER_NAME, BUILD_INFO
+from ragen_lit.presets.cache import default_cache_dir
+from ragen_lit.presets.tiny.build import build_tiny_model, FOLDER_NAME, BUILD_INFO
 
 
 def main() -> None:

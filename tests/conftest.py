@@ -1,10 +1,19 @@
 import os
+import socket
 
 import pytest
 
 # Tests never reach a model hub, and one torch thread per process keeps a busy 2-core machine usable.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, for a test's `init_process_group` rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

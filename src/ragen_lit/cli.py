@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+from ragen_lit.diagnose import DTYPES as DIAGNOSE_DTYPES
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p_diag.add_argument("--model", required=True, help="HF id or folder (or 'tiny')")
     p_diag.add_argument("--rollouts", required=True, help="JSONL: one {prompt, reasoning, group} per line")
     p_diag.add_argument("--max-tokens-per-forward", type=int, default=8192)
-    p_diag.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p_diag.add_argument("--dtype", default="float32", choices=DIAGNOSE_DTYPES)
     p_diag.add_argument("--max-rows", type=int, help="score a seeded random subsample of this many rows (cost: rows x groups pairs)")
     p_diag.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subsample")
     p_diag.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")

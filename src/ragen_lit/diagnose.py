@@ -31,7 +31,7 @@ from pathlib import Path
 from ragen_lit.config import ConfigError, ModelConfig
 
 MODEL_PRESETS = ("tiny", "smollm2-135m")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")  # the names of `models.DTYPES` that --dtype accepts (also the CLI choices)
 _LINES_SHOWN = 3  # line numbers quoted per skip reason
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -230,12 +229,6 @@ def test_trainer_weights_unmerge_lora_when_the_push_stops_early():
         torch.testing.assert_close(param, before[name])  # merge then unmerge rounds once each way
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def fsdp_gather_worker(rank: int, port: int) -> None:
     """Each of 2 ranks shards the same policy with FSDP1 (per decoder layer) and with FSDP2, then
     every gathered tensor must equal the unsharded policy's parameter."""
@@ -265,8 +258,8 @@ def fsdp_gather_worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-def test_trainer_weights_gather_fsdp1_and_fsdp2_shards_over_two_ranks():
-    mp.spawn(fsdp_gather_worker, args=(free_port(),), nprocs=2, join=True)
+def test_trainer_weights_gather_fsdp1_and_fsdp2_shards_over_two_ranks(free_port):
+    mp.spawn(fsdp_gather_worker, args=(free_port,), nprocs=2, join=True)
 
 
 # --- tied layers ---------------------------------------------------------------------------------

@@ -1,8 +1,6 @@
 """Two gloo processes: rows split over ranks give the single-process result; prompts are all-gathered."""
 from __future__ import annotations
 
-import socket
-
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -10,12 +8,6 @@ import torch.multiprocessing as mp
 from ragen_lit.metrics import MIDiagnostics, MIRecallAtK, MIRetrievalAcc, MIZScore, MIZScoreEMA, gather_prompts
 
 WORLD_SIZE = 2
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scoring_round(seed: int, rows: int, columns: int):
@@ -95,8 +87,8 @@ def worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
-def test_split_over_two_ranks_equals_one_process():
-    mp.spawn(worker, args=(free_port(),), nprocs=WORLD_SIZE, join=True)
+def test_split_over_two_ranks_equals_one_process(free_port):
+    mp.spawn(worker, args=(free_port,), nprocs=WORLD_SIZE, join=True)
 
 
 def test_gather_prompts_without_process_group_returns_input():

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ragen_lit import cli
 from ragen_lit.training.data import RolloutDataModule
-from ragen_lit.parallel.fsdp import full_tensor
+from ragen_lit.parallel.collectives import full_tensor
 from ragen_lit.training.module import AgentRLModule
 
 OUT = Path(os.environ["RAGEN_LIT_PROBE_DIR"])

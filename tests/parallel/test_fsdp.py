@@ -15,7 +15,6 @@ check with NCCL (reference on cuda:0, rank r on cuda:r).
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -61,7 +60,7 @@ def _sgd(module):
 
 
 def _full_weights(model) -> dict[str, torch.Tensor]:
-    from ragen_lit.parallel.fsdp import full_tensor
+    from ragen_lit.parallel.collectives import full_tensor
 
     return {n: full_tensor(p.detach()).cpu().clone() for n, p in model.named_parameters()}
 
@@ -141,13 +140,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_fsdp_step_equals_single_process_step(tmp_path, tiny_model_dir):
+def test_fsdp_step_equals_single_process_step(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
     if DEVICE == "cuda" and torch.cuda.device_count() < 2:
@@ -158,7 +151,7 @@ def test_fsdp_step_equals_single_process_step(tmp_path, tiny_model_dir):
     assert expected["stats"]["actor/grad_norm"] > 0.05
     path = tmp_path / "expected.pt"
     torch.save(expected, path)
-    mp.spawn(_worker, args=(2, _free_port(), str(tiny_model_dir), str(path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path)), nprocs=2, join=True)
 
 
 def test_fsdp_config_checks():

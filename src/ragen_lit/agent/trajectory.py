@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
 
 
 @dataclass
@@ -31,3 +34,25 @@ class Trajectory:
         self.token_ids.extend(ids)
         self.loss_mask.extend([sampled] * len(ids))
         self.sample_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+def right_pad(rows: Sequence[Sequence], fill: int | float | bool, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of unequal length as one `[B, T]` tensor of `dtype` (T = the longest row), `fill` after
+    each row's end."""
+    padded = torch.full((len(rows), max(len(row) for row in rows)), fill, dtype=dtype)
+    for b, row in enumerate(rows):
+        padded[b, : len(row)] = torch.tensor(row, dtype=dtype)
+    return padded
+
+
+def pad_trajectories(
+    trajectories: Sequence[Trajectory], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-pad the trajectories' tokens: `input_ids: [B, T] long` (`pad_token_id` after each end),
+    `attention_mask: [B, T] bool` (True on real tokens) and `loss_mask: [B, T] bool` (True on sampled
+    tokens), T the longest trajectory. Position t of every row is token t of its trajectory."""
+    input_ids = right_pad([t.token_ids for t in trajectories], pad_token_id, torch.long)
+    lengths = torch.tensor([len(t.token_ids) for t in trajectories])
+    attention_mask = torch.arange(input_ids.shape[1]) < lengths[:, None]
+    loss_mask = right_pad([t.loss_mask for t in trajectories], False, torch.bool)
+    return input_ids, attention_mask, loss_mask

@@ -42,6 +42,29 @@ def gae(
     rewards, values: [B, T] float; mask: [B, T] bool -> (advantages [B, T], returns [B, T]).
     """
     _check_token_tensors(mask, rewards=rewards, values=values)
+    advantages = _gae_recursion(rewards, values, mask, gamma, lam)
+    returns = torch.where(mask, advantages + values, 0.0)
+    return advantages, returns
+
+
+def _gae_recursion(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    fixed_at: torch.Tensor | None = None,
+    fixed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The backward GAE recursion of `gae` over the positions where `mask` is True (no checks).
+
+    δ_t = r_t + γ·V_{t'} − V_t,   A_t = δ_t + γλ·A_{t'},   t' the next masked position after t.
+    Where `fixed_at` is True, A_t is `fixed[:, t]` instead (and that value is what earlier positions
+    bootstrap from): `bilevel_gae` pins each turn's end token to its turn-level advantage this way.
+
+    rewards, values: [B, T] float; mask: [B, T] bool; fixed_at: [B, T] bool; fixed: [B, T] float
+    -> advantages [B, T] (0 where `mask` is False).
+    """
     advantages = torch.zeros_like(rewards)
     next_value = torch.zeros_like(rewards[:, 0])
     next_advantage = torch.zeros_like(rewards[:, 0])
@@ -49,11 +72,12 @@ def gae(
         valid = mask[:, t]
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         advantage = delta + gamma * lam * next_advantage
+        if fixed_at is not None:
+            advantage = torch.where(fixed_at[:, t], fixed[:, t], advantage)
         advantages[:, t] = torch.where(valid, advantage, 0.0)
         next_value = torch.where(valid, values[:, t], next_value)
         next_advantage = torch.where(valid, advantage, next_advantage)
-    returns = torch.where(mask, advantages + values, 0.0)
-    return advantages, returns
+    return advantages
 
 
 def whiten(advantages: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
@@ -119,28 +143,9 @@ def bilevel_gae(
         raise ValueError("turn_end_mask marks positions where mask is False; turn ends must be loss tokens")
     turn_end = turn_end_mask | _last_valid_position(mask)
 
-    turn_advantages = torch.zeros_like(rewards)
-    next_value = torch.zeros_like(rewards[:, 0])
-    next_advantage = torch.zeros_like(rewards[:, 0])
-    for t in reversed(range(rewards.shape[1])):
-        is_end = turn_end[:, t]
-        delta = rewards[:, t] + high_level_gamma * next_value - values[:, t]
-        advantage = delta + high_level_gamma * lam * next_advantage
-        turn_advantages[:, t] = torch.where(is_end, advantage, 0.0)
-        next_value = torch.where(is_end, values[:, t], next_value)
-        next_advantage = torch.where(is_end, advantage, next_advantage)
-
-    advantages = torch.zeros_like(rewards)
-    next_value = torch.zeros_like(rewards[:, 0])
-    next_advantage = torch.zeros_like(rewards[:, 0])
-    for t in reversed(range(rewards.shape[1])):
-        valid, is_end = mask[:, t], turn_end[:, t]
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        inner_advantage = delta + gamma * lam * next_advantage
-        advantage = torch.where(is_end, turn_advantages[:, t], inner_advantage)
-        advantages[:, t] = torch.where(valid, advantage, 0.0)
-        next_value = torch.where(valid, values[:, t], next_value)
-        next_advantage = torch.where(valid, advantage, next_advantage)
+    # Step 1 is GAE over the turn-end tokens alone, step 2 GAE over all valid tokens with the ends pinned.
+    turn_advantages = _gae_recursion(rewards, values, turn_end, high_level_gamma, lam)
+    advantages = _gae_recursion(rewards, values, mask, gamma, lam, fixed_at=turn_end, fixed=turn_advantages)
     returns = torch.where(mask, advantages + values, 0.0)
     return advantages, returns
 

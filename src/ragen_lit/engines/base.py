@@ -25,6 +25,27 @@ class SamplingParams:
     seed: int | None = None
 
 
+def validate_request(prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[int]]:
+    """The checks every engine runs on a `generate` call; returns the prompts as lists.
+
+    Raises ValueError for sampling parameters out of range or an empty prompt (an engine has no
+    position to sample from)."""
+    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {params.max_new_tokens!r}")
+    if not params.temperature >= 0 or params.temperature == float("inf"):
+        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {params.temperature!r}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p!r}")
+    if not isinstance(params.top_k, int) or params.top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0 (0 disables top-k), got {params.top_k!r}")
+    if any(len(s) == 0 for s in params.stop_sequences):
+        raise ValueError(f"stop_sequences must be non-empty id sequences, got {list(params.stop_sequences)!r}")
+    prompts = [list(p) for p in prompts]
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt must hold at least one token id; got an empty prompt")
+    return prompts
+
+
 @dataclass
 class Generation:
     """One sampled continuation: `token_ids[i]` was sampled with log-prob `logprobs[i]` (under the

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, DynamicCache, StaticCache
 
-from ragen_lit.engines.base import Generation, SamplingParams
+from ragen_lit.engines.base import Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
 
 # Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
@@ -134,19 +134,6 @@ def ends_with_stop_sequence(generated: torch.Tensor, stop_sequences: Sequence[to
     return hits
 
 
-def _validate(params: SamplingParams) -> None:
-    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {params.max_new_tokens!r}")
-    if not params.temperature >= 0 or params.temperature == float("inf"):
-        raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {params.temperature!r}")
-    if not 0 < params.top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p!r}")
-    if not isinstance(params.top_k, int) or params.top_k < 0:
-        raise ValueError(f"top_k must be an int >= 0 (0 disables top-k), got {params.top_k!r}")
-    if any(len(s) == 0 for s in params.stop_sequences):
-        raise ValueError(f"stop_sequences must be non-empty id sequences, got {list(params.stop_sequences)!r}")
-
-
 class HFEngine:
     """The `Engine` over a transformers causal LM (any `*ForCausalLM`, PEFT-wrapped ones included).
 
@@ -214,10 +201,7 @@ class HFEngine:
         With `params.seed` set the call is reproducible, whatever the order of `prompts`: rows are
         sorted by (length, ids) before sampling, so each prompt meets the same random draws.
         """
-        _validate(params)
-        prompts = [list(p) for p in prompts]
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt must hold at least one token id; got an empty prompt")
+        prompts = validate_request(prompts, params)
         if not prompts:
             return []
         device = self.device if self.device is not None else next(self.model.parameters()).device

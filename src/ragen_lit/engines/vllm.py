@@ -45,14 +45,16 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ragen_lit.engines.base import Generation, SamplingParams
-from ragen_lit.engines.hf import _validate as validate_sampling_params
+from ragen_lit.engines.base import Generation, SamplingParams, validate_request
+from ragen_lit.models import DTYPES
+from ragen_lit.parallel.collectives import full_tensor, rank_and_world
 
 logger = logging.getLogger(__name__)
 
 VLLM_EXTRA_MESSAGE = "rollout.engine=vllm needs the vllm extra: pip install 'ragen_lit[vllm]'"
 
-_DTYPES = ("bfloat16", "float16", "float32", "auto")
+# vLLM also takes "auto", which it resolves from the checkpoint.
+_DTYPES = (*DTYPES, "auto")
 
 # Segments that wrappers insert into parameter names: FSDP1, activation checkpointing, torch.compile.
 _WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
@@ -82,13 +84,6 @@ def vllm_weight_name(name: str) -> str | None:
         del parts[at : at + 2]  # "modules_to_save.<adapter name>"
     cleaned = ".".join(p for p in parts if p != "base_layer")
     return cleaned.removeprefix(_PEFT_PREFIX)
-
-
-def full_tensor(param: torch.Tensor) -> torch.Tensor:
-    """The whole parameter: an FSDP2 `DTensor` is all-gathered (a collective: every rank must call
-    it, in the same order); a plain tensor comes back as is."""
-    gather = getattr(param, "full_tensor", None)
-    return gather() if callable(gather) else param
 
 
 def _adapter_owner(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -216,15 +211,6 @@ def _check_model_path(model_path: str) -> None:
         )
 
 
-def _world() -> tuple[int, int]:
-    """(rank, world size) of the default process group; (0, 1) when none is initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 class VLLMEngine:
     """The `Engine` over an in-process vLLM `LLM`.
 
@@ -270,7 +256,7 @@ class VLLMEngine:
                 raise
             raise ImportError(VLLM_EXTRA_MESSAGE) from error
 
-        self.rank, world_size = _world()
+        self.rank, world_size = rank_and_world()
         self.distributed = world_size > 1 if distributed is None else distributed
         self.sleep_mode = enable_sleep_mode and torch.cuda.is_available()
         if enable_sleep_mode and not self.sleep_mode:
@@ -340,10 +326,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm import TokensPrompt
 
-        validate_sampling_params(params)
-        prompts = [list(p) for p in prompts]
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt must hold at least one token id; got an empty prompt")
+        prompts = validate_request(prompts, params)
         if not prompts:
             return []
         truncating = params.temperature > 0 and (params.top_k > 0 or params.top_p < 1)

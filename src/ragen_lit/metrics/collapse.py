@@ -24,18 +24,6 @@ from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import kv_heads_and_dim
 
 
-def _gather_lists(items: list) -> tuple[list, int]:
-    """All ranks' `items` concatenated in rank order, and the offset of this rank's items."""
-    if not dist_utils.is_distributed():
-        return list(items), 0
-    import torch.distributed as dist
-
-    parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, list(items))
-    rank = dist.get_rank()
-    return [x for p in parts for x in p], sum(len(p) for p in parts[:rank])
-
-
 def column_groups_of(prompts: list[list[int]]) -> torch.Tensor:
     """[N] long: columns with token-identical prompts share an id."""
     ids: dict[tuple[int, ...], int] = {}
@@ -133,7 +121,7 @@ class CollapseDiagnostics(nn.Module):
         for prompt, _, key in pairs:
             column_prompt.setdefault(key, prompt)
         local_prompts = [column_prompt[k] for k in keys]
-        prompts, offset = _gather_lists(local_prompts)
+        prompts, offset = dist_utils.gather_lists(local_prompts)
         if len(prompts) < 2:
             return {}
         reasonings = [chat.encode(text) for _, text, _ in pairs]

@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
+from ragen_lit.parallel.collectives import gather_lists, is_distributed
 
 
 def cross_score(
@@ -279,8 +279,7 @@ def gather_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
     Without an initialised process group the prompts are returned unchanged. A row's true column in
     the gathered list is its local index plus the number of prompts held by lower ranks.
     """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not is_distributed():
         return prompts
-    per_rank: list[list[list[int]] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, [[int(token) for token in prompt] for prompt in prompts])
-    return [prompt for rank_prompts in per_rank for prompt in rank_prompts]
+    gathered, _ = gather_lists([[int(token) for token in prompt] for prompt in prompts])
+    return gathered

@@ -11,7 +11,9 @@ from torch import nn
 
 from ragen_lit.errors import ConfigError
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+# The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
+# (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def resolve_dtype(name: str) -> torch.dtype:

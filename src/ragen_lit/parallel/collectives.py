@@ -1,4 +1,6 @@
-"""The few collectives the RL loop needs, each a no-op when torch.distributed is not initialised."""
+"""The few collectives the RL loop needs, each a no-op when torch.distributed is not initialised.
+
+Free of Lightning, so that engines/ and metrics/ use these too instead of their own copies."""
 from __future__ import annotations
 
 import torch
@@ -10,6 +12,7 @@ def is_distributed() -> bool:
 
 
 def rank_and_world() -> tuple[int, int]:
+    """(rank, world size) of the default process group; (0, 1) when none runs more than one rank."""
     if is_distributed():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -19,6 +22,23 @@ def _device() -> torch.device:
     if is_distributed() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: an FSDP2 `DTensor` is all-gathered (a collective: every rank must call it, in the
+    same order); any other tensor comes back as is."""
+    gather = getattr(tensor, "full_tensor", None)
+    return gather() if callable(gather) else tensor
+
+
+def gather_lists(items: list) -> tuple[list, int]:
+    """All ranks' `items` concatenated in rank order (rank 0's first), on every rank, and the offset of
+    this rank's items in that list (the number of items held by lower ranks)."""
+    if not is_distributed():
+        return list(items), 0
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, list(items))
+    return [x for p in parts for x in p], sum(len(p) for p in parts[: dist.get_rank()])
 
 
 def max_over_ranks(value: int) -> int:

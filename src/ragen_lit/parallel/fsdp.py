@@ -24,9 +24,8 @@ import torch
 from torch import nn
 
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.models import layer_units
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+from ragen_lit.models import DTYPES, layer_units
+from ragen_lit.parallel.collectives import full_tensor
 
 
 class TokenScorer(nn.Module):
@@ -89,12 +88,6 @@ def sum_gradients_over_ranks(root: nn.Module) -> None:
         force_sum = getattr(module, "set_force_sum_reduction_for_comms", None)
         if force_sum is not None:
             force_sum(True)
-
-
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """A `DTensor` gathered whole (a collective: every rank must call it), any other tensor as is."""
-    gather = getattr(tensor, "full_tensor", None)
-    return gather() if gather is not None else tensor
 
 
 def inference_replica(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:

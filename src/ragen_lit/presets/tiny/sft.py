@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from ragen_lit.agent.trajectory import Trajectory
+from ragen_lit.agent.trajectory import Trajectory, pad_trajectories
 
 
 @dataclass
@@ -34,19 +34,7 @@ class SFTBatch:
 
 def sft_batch(trajectories: Sequence[Trajectory], pad_token_id: int) -> SFTBatch:
     """Stack `trajectories` into one right-padded `SFTBatch`."""
-    width = max(len(t.token_ids) for t in trajectories)
-    shape = (len(trajectories), width)
-    batch = SFTBatch(
-        input_ids=torch.full(shape, pad_token_id, dtype=torch.long),
-        attention_mask=torch.zeros(shape, dtype=torch.bool),
-        sampled=torch.zeros(shape, dtype=torch.bool),
-    )
-    for row, trajectory in enumerate(trajectories):
-        length = len(trajectory.token_ids)
-        batch.input_ids[row, :length] = torch.tensor(trajectory.token_ids, dtype=torch.long)
-        batch.attention_mask[row, :length] = True
-        batch.sampled[row, :length] = torch.tensor(trajectory.loss_mask, dtype=torch.bool)
-    return batch
+    return SFTBatch(*pad_trajectories(trajectories, pad_token_id))
 
 
 def sft_loss(model: torch.nn.Module, batch: SFTBatch, context_weight: float = 0.0) -> torch.Tensor:

@@ -1,0 +1,32 @@
+"""The request checks every engine runs (`validate_request`); the engines' own tests check they call it."""
+from __future__ import annotations
+
+import pytest
+
+from ragen_lit.engines.base import SamplingParams, validate_request
+
+
+def test_prompts_come_back_as_lists():
+    assert validate_request([(1, 2), range(3, 5)], SamplingParams()) == [[1, 2], [3, 4]]
+    assert validate_request([], SamplingParams()) == []
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (SamplingParams(max_new_tokens=0), "max_new_tokens must be an int >= 1, got 0"),
+        (SamplingParams(temperature=float("inf")), "temperature must be finite and >= 0 (0 = greedy), got inf"),
+        (SamplingParams(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+        (SamplingParams(top_k=2.0), "top_k must be an int >= 0 (0 disables top-k), got 2.0"),
+        (SamplingParams(stop_sequences=[[1], []]), "stop_sequences must be non-empty id sequences, got [[1], []]"),
+    ],
+)
+def test_bad_sampling_params_are_refused_with_the_setting_named(params, message):
+    with pytest.raises(ValueError) as error:
+        validate_request([[1]], params)
+    assert str(error.value) == message
+
+
+def test_an_empty_prompt_is_refused():
+    with pytest.raises(ValueError, match="^every prompt must hold at least one token id; got an empty prompt$"):
+        validate_request([[1], []], SamplingParams())

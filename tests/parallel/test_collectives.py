@@ -1,0 +1,35 @@
+"""Collectives shared by the trainer, the engines and the diagnostics: alone, and over two gloo processes."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ragen_lit.parallel.collectives import full_tensor, gather_lists, rank_and_world
+
+
+def test_without_process_group_everything_is_local():
+    items = [[1, 2], [3]]
+    gathered, offset = gather_lists(items)
+    assert gathered == items and gathered is not items
+    assert offset == 0
+    assert rank_and_world() == (0, 1)
+    tensor = torch.ones(2)
+    assert full_tensor(tensor) is tensor
+
+
+def worker(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        assert rank_and_world() == (rank, 2)
+        # Uneven split: rank 0 holds two items, rank 1 one, so rank 1's items start at 2.
+        local = [[1, 2], [3]] if rank == 0 else [[4, 5, 6]]
+        assert gather_lists(local) == ([[1, 2], [3], [4, 5, 6]], 0 if rank == 0 else 2)
+        # A rank with nothing still takes part and gets everyone else's items.
+        assert gather_lists(["a"] if rank == 0 else []) == (["a"], 0 if rank == 0 else 1)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gather_lists_over_two_ranks(free_port):
+    mp.spawn(worker, args=(free_port,), nprocs=2, join=True)
