@@ -86,7 +86,7 @@ class CollapseDiagnostics(nn.Module):
         self.trajectory = MIDiagnostics()
 
     def due(self, iteration: int) -> bool:
-        every = self.cfg.every_n_steps
+        every = self.cfg.every_n_iterations
         return bool(every) and iteration % every == 0
 
     @torch.no_grad()
