@@ -7,7 +7,7 @@
    process with `ragen_lit.cli.fit`, validation off and everything written to a temporary folder; the
    per-iteration `time/diagnostics_s` and `time/iteration_s` are read back from the run's MLflow
    history. Amortised share = Σ diagnostics seconds / Σ iteration seconds over the run; with the default
-   schedule (`diagnostics.every_n_steps=5`, and at the first iteration) 5 iterations hold one
+   schedule (`diagnostics.every_n_iterations=5`, and at the first iteration) 5 iterations hold one
    diagnostics iteration. Target: ≤ 10%.
 2. Peak memory of `cross_score` versus a naive scorer (the same forwards of at most
    `max_tokens_per_forward` padded tokens, but full-vocabulary fp32 logits for the whole forward, a
@@ -102,7 +102,7 @@ def time_share(overrides: list[str], iterations: int, model_path: str | None) ->
     return {
         "config": {
             "groups": cfg.rollout.groups, "group_size": cfg.rollout.group_size, "max_turns": cfg.rollout.max_turns,
-            "max_new_tokens": cfg.rollout.max_new_tokens, "every_n_steps": cfg.diagnostics.every_n_steps,
+            "max_new_tokens": cfg.rollout.max_new_tokens, "every_n_iterations": cfg.diagnostics.every_n_iterations,
             "num_samples": cfg.diagnostics.num_samples, "threads": cfg.trainer.threads, "model": cfg.model.path or cfg.model.name,
         },
         "iterations": [
@@ -231,7 +231,7 @@ def format_table(share: dict, memory: dict, smoke: bool, overrides: list[str]) -
         "",
         f"## 1. share of iteration time: conf/frozenlake.yaml, overrides: {' '.join(overrides) or '(none)'}",
         f"model {c['model']}; {c['groups']} groups x {c['group_size']} rollouts, {c['max_turns']} turns x {c['max_new_tokens']} new tokens; "
-        f"diagnostics every {c['every_n_steps']} iterations (and the first), {c['num_samples']} samples/scope; threads {c['threads']}",
+        f"diagnostics every {c['every_n_iterations']} iterations (and the first), {c['num_samples']} samples/scope; threads {c['threads']}",
         "",
         "| iteration | iteration s | diagnostics s | diagnostics ran | valid reasoning rate |",
         "| ---: | ---: | ---: | --- | ---: |",

@@ -18,7 +18,7 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
   reproducible workload (the sampled and sequence token counts are printed);
 * `filter.strategy=none`: a random model's rewards are all equal (every turn gets the format
   penalty), so top_p would keep nothing and there would be no update; the update trains on all rollouts;
-* `diagnostics.every_n_steps=2`, so that iteration 2 measures one warm diagnostics iteration; its
+* `diagnostics.every_n_iterations=2`, so that iteration 2 measures one warm diagnostics iteration; its
   cost is amortised over the config's own schedule (every 5 iterations). A random model writes no
   `<think>…</think>`, so before each diagnostics call every turn gets a synthetic reasoning of about
   as many tokens as the turn sampled (`add_synthetic_reasoning`): an upper bound on real reasoning;
@@ -390,7 +390,7 @@ def run(args, save) -> dict:
         model_config = write_random_model(Path(folder), args.smoke, device)
         overrides = [
             "model.name=hf", f"model.path={folder}", "algo=ppo", "filter.strategy=none",
-            f"diagnostics.every_n_steps={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}", f"trainer.iterations={args.iterations}",
+            f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}", f"trainer.iterations={args.iterations}",
             f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
         ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"]) + args.set
         cfg = load_config(str(CONFIG), overrides)
@@ -423,7 +423,7 @@ def run(args, save) -> dict:
     mean = {k: sum(per_iteration[i][k] for i in steady) / len(steady) for k in ("generation", "prepare", "update", "other")}
     diag_iterations = [] if args.no_diagnostics else [i for i in steady if i % DIAGNOSTICS_EVERY == 0]
     diagnostics_s = sum(per_iteration[i]["diagnostics"] for i in diag_iterations) / len(diag_iterations) if diag_iterations else float("nan")
-    every = base.diagnostics.every_n_steps
+    every = base.diagnostics.every_n_iterations
     amortised = diagnostics_s / every if every else 0.0
     step_s = mean["generation"] + mean["prepare"] + mean["update"] + mean["other"] + (0.0 if args.no_diagnostics else amortised)
 
@@ -450,7 +450,7 @@ def run(args, save) -> dict:
             "dtype": str(next(module.policy.parameters()).dtype).removeprefix("torch."), "attention": module.policy.config._attn_implementation,
             "groups": r.groups, "group_size": r.group_size, "max_turns": r.max_turns, "max_new_tokens": r.max_new_tokens,
             "algo": cfg.algo.name, "advantage": cfg.algo.advantage, "num_minibatches": cfg.optim.num_minibatches,
-            "micro_batch_size": cfg.optim.micro_batch_size, "diagnostics_every_n_steps": every, "diagnostics_num_samples": cfg.diagnostics.num_samples,
+            "micro_batch_size": cfg.optim.micro_batch_size, "diagnostics_every_n_iterations": every, "diagnostics_num_samples": cfg.diagnostics.num_samples,
         },
         "workload": {
             "rollouts": len(trajectories), "turns": sum(len(t.turns) for t in trajectories), "sampled_tokens": sampled,
@@ -539,7 +539,7 @@ def format_table(res: dict) -> str:
         f"workload: FrozenLake {c['groups']} groups x {c['group_size']} rollouts, {c['max_turns']} turns x {c['max_new_tokens']} new tokens; "
         f"{c['algo']} ({c['advantage']}), filter none, {c['num_minibatches']} mini-batches, micro-batch {c['micro_batch_size']}; "
         f"{w['turns']} turns, {w['sampled_tokens']} sampled tokens, sequences {w['mean_sequence_tokens']:.0f} tokens on average (max {w['max_sequence_tokens']})",
-        f"iterations: {c['iterations']} (0 = warm-up); diagnostics every {c['diagnostics_every_n_steps']} (config), "
+        f"iterations: {c['iterations']} (0 = warm-up); diagnostics every {c['diagnostics_every_n_iterations']} (config), "
         f"{c['diagnostics_num_samples']} samples/scope, " + (f"synthetic reasoning {w['diagnostics_reasoning_tokens_mean']:.0f} tokens on average"
                                                               if not math.isnan(s["diagnostics_iteration_s"]) else "not measured (--no-diagnostics)"),
         "",
@@ -550,7 +550,7 @@ def format_table(res: dict) -> str:
         row("- old log-probs (+entropy)", s.get("old_logprobs_s", float("nan")), "re-measured, same calls"),
         row("- ref log-probs", 0.0, f"kl_coef=0: no reference; if enabled {s.get('ref_logprobs_s', float('nan')):.3f} s"),
         row("- values (critic)", s.get("values_s", float("nan")), "re-measured, same calls"),
-        row(f"diagnostics (amortised, every {c['diagnostics_every_n_steps']})", s["diagnostics_amortised_s"],
+        row(f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})", s["diagnostics_amortised_s"],
             f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s; peak {mem.get('diagnostics', 0):.1f} GiB"),
         row("update (actor + critic)", s["update_s"], f"MFU {t['update_mfu']:.1%} ({t['update_flops'] / 1e12:.1f} TFLOP per iteration; iterations 1+); "
             f"{t['training_tokens_per_s']:.0f} training tokens/s; peak {mem.get('update', 0):.1f} GiB"),

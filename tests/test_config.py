@@ -1,10 +1,11 @@
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+from ragen_lit.config import Config, ConfigError, EnvConfig, ModelConfig, load_config, render_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,8 +73,6 @@ def test_shipped_configs_load_show_every_field_and_start_with_their_command(path
     cfg = load_config(str(path))
     text = path.read_text()
     assert text.splitlines()[0] == f"# python -m ragen_lit fit --config conf/{path.name}"
-    import dataclasses
-
     for section in dataclasses.fields(Config):
         for f in dataclasses.fields(getattr(cfg, section.name)):
             assert f"  {f.name}: " in text, f"{path.name} lacks {section.name}.{f.name}"
@@ -88,3 +87,69 @@ def test_cli_reports_one_line_without_traceback():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"]
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "ragen_lit.config"]
+
+
+def test_deprecated_every_n_steps_maps_to_every_n_iterations_with_one_warning(tmp_path, caplog):
+    cfg = load_config(None, ["diagnostics.every_n_steps=3"])
+    assert cfg.diagnostics.every_n_iterations == 3
+    path = tmp_path / "old.yaml"
+    path.write_text("diagnostics:\n  every_n_steps: 2\n")
+    assert load_config(str(path)).diagnostics.every_n_iterations == 2
+    # the old key in the file and on the command line: the override wins, still one warning per load
+    assert load_config(str(path), ["diagnostics.every_n_steps=4"]).diagnostics.every_n_iterations == 4
+    # an old file with a new override is not a conflict: the override wins
+    assert load_config(str(path), ["diagnostics.every_n_iterations=7"]).diagnostics.every_n_iterations == 7
+    messages = _warnings(caplog)
+    assert len(messages) == 4
+    assert all("\n" not in m and "diagnostics.every_n_iterations" in m for m in messages)
+
+
+def test_giving_both_names_of_a_renamed_key_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["diagnostics.every_n_steps=3", "diagnostics.every_n_iterations=2"])
+    assert "diagnostics.every_n_steps and diagnostics.every_n_iterations are both given" in str(err.value)
+    path = tmp_path / "both.yaml"
+    path.write_text("diagnostics:\n  every_n_steps: 3\n  every_n_iterations: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    assert str(err.value).startswith(f"--config {path}: diagnostics.every_n_steps and")
+    assert "\n" not in str(err.value)
+
+
+def test_every_field_has_a_docstring():
+    from ragen_lit.typed_fields import field_docs
+
+    for section in dataclasses.fields(Config):
+        cls = type(getattr(Config(), section.name))
+        assert list(field_docs(cls)) == [f.name for f in dataclasses.fields(cls)], cls.__name__
+
+
+def test_choice_lists_are_the_owning_modules():
+    from ragen_lit import algos, engines, filtering, models
+    from ragen_lit.config import AlgoConfig, FilterConfig, RolloutConfig
+
+    def choices(cls, name):
+        return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["choices"]
+
+    assert choices(FilterConfig, "strategy") is filtering.STRATEGIES
+    assert choices(FilterConfig, "score") is filtering.SCORES
+    assert choices(FilterConfig, "advantage_scaling") is algos.KEEP_RATE_SCALINGS
+    assert choices(AlgoConfig, "advantage") is algos.ADVANTAGE_ESTIMATORS
+    assert choices(AlgoConfig, "loss_agg") is algos.LOSS_AGG_MODES
+    assert choices(AlgoConfig, "kl_estimator") is algos.KL_ESTIMATORS
+    assert choices(AlgoConfig, "name") == tuple(algos.PRESETS)
+    assert choices(RolloutConfig, "engine") is engines.ENGINES
+    assert choices(RolloutConfig, "hf_cache") is engines.HF_CACHE_MODES
+    assert set(choices(ModelConfig, "dtype")) == {"auto", *models.DTYPES}
+
+
+def test_env_name_doc_lists_every_registered_env():
+    from ragen_lit.envs import ENV_CLASSES
+    from ragen_lit.typed_fields import field_docs
+
+    doc = field_docs(EnvConfig)["name"]
+    assert sorted(doc.removeprefix("environment: ").split(" | ")) == sorted(ENV_CLASSES)

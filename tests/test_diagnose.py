@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from ragen_lit.cli import main
-from ragen_lit.diagnose import diagnose_rollouts, read_rollouts, run_diagnose, table_rows
+from ragen_lit.config import DiagnosticsConfig
+from ragen_lit.diagnose import DiagnoseOptions, diagnose_rollouts, read_rollouts, run_diagnose, table_rows
 from ragen_lit.models import load_policy, load_tokenizer
 
 CHATML = (
@@ -127,7 +128,7 @@ def test_values_match_an_independent_computation_with_duplicate_prompts(loaded, 
 def test_report_prints_the_family_with_chance_levels(model_dir, loaded, tmp_path, capsys):
     _, tokenizer = loaded
     path = write_jsonl(tmp_path / "good.jsonl", good_records(tokenizer))
-    assert run_diagnose(model_dir, path, max_tokens_per_forward=64) == 0
+    assert run_diagnose(DiagnoseOptions(model_dir, path, max_tokens_per_forward=64)) == 0
     out = capsys.readouterr().out
     assert "rows       6 used, 0 skipped, of 6 read" in out
     assert "columns    3 groups, 3 distinct prompts; MI upper bound log N = 1.0986" in out
@@ -197,7 +198,8 @@ def test_extra_metrics_get_a_row_without_chance():
         ("all_bad", "all skipped: 1 not valid JSON (first at line 1); 1 missing field 'reasoning'"),
         ("one_prompt", "at least 2 distinct prompts"),
         ("same_prompt_two_groups", "hold 1 distinct prompt (2 groups)"),
-        ("max_rows_zero", "--max-rows must be >= 1"),
+        ("max_rows_zero", "--max-rows=0 is out of range; it must be >= 1"),
+        ("small_budget", "--max-tokens-per-forward=10 must be 0 (auto) or >= 64"),
         ("no_model_folder", "no such folder"),
         ("not_a_model_folder", "no config.json"),
     ],
@@ -221,6 +223,8 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
         path = write_jsonl(tmp_path / "r.jsonl", [records[0], {**records[1], "group": "other"}])
     elif case == "max_rows_zero":
         extra = ["--max-rows", "0"]
+    elif case == "small_budget":
+        extra = ["--max-tokens-per-forward", "10"]
     elif case == "no_model_folder":
         model = str(tmp_path / "no_such_model")
     elif case == "not_a_model_folder":
@@ -233,7 +237,7 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
 def test_command_line_end_to_end(model_dir, loaded, tmp_path):
     """`python -m ragen_lit diagnose` as a user runs it: the table on a good file; one `error:` line, exit
     code 2 and no traceback for a missing file and for a file without usable rows (both found before
-    torch is imported, so those processes are cheap). The processes run at once."""
+    any model is loaded, so those processes are cheap). The processes run at once."""
     _, tokenizer = loaded
     good = write_jsonl(tmp_path / "good.jsonl", good_records(tokenizer))
     all_bad = write_jsonl(tmp_path / "bad.jsonl", ["{oops", {"prompt": "p", "group": 1}])
@@ -251,3 +255,13 @@ def test_command_line_end_to_end(model_dir, loaded, tmp_path):
     for run, (out, err), message in zip(runs[1:], failed, ("no such file", "no usable rows")):
         assert run.returncode == 2 and out == ""
         assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ") and message in err
+
+
+
+def test_options_share_the_config_default_and_its_check(capsys):
+    """`--max-tokens-per-forward` has `diagnostics.max_tokens_per_forward`'s default (0 = auto: 8192 on a CPU) and
+    rule; the flags' choices come from the same dataclass."""
+    assert DiagnoseOptions("m", "r.jsonl").max_tokens_per_forward == DiagnosticsConfig().max_tokens_per_forward == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["diagnose", "--model", "m", "--rollouts", "r.jsonl", "--dtype", "float16"])
+    assert exit_info.value.code == 2 and "invalid choice: 'float16'" in capsys.readouterr().err

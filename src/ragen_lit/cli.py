@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
+import typing
 
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
-from ragen_lit.diagnose import DTYPES as DIAGNOSE_DTYPES
+from ragen_lit.diagnose import DiagnoseOptions, flag
+from ragen_lit.typed_fields import field_docs
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -130,10 +133,21 @@ def _config_command(args) -> int:
 def _diagnose_command(args) -> int:
     from ragen_lit.diagnose import run_diagnose
 
-    return run_diagnose(
-        args.model, args.rollouts, max_tokens_per_forward=args.max_tokens_per_forward, dtype=args.dtype,
-        max_rows=args.max_rows, seed=args.seed, device=args.device,
-    )
+    return run_diagnose(DiagnoseOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseOptions)}))
+
+
+def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
+    """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
+    docs, types = field_docs(options), typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+        kwargs: dict = {"help": docs[f.name], "choices": f.metadata.get("choices")}
+        if f.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = f.default
+        if int in (types[f.name], *typing.get_args(types[f.name])):
+            kwargs["type"] = int
+        parser.add_argument(flag(f.name), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,13 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cfg.add_argument("overrides", nargs="*")
     p_cfg.set_defaults(func=_config_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
-    p_diag.add_argument("--model", required=True, help="HF id or folder (or 'tiny')")
-    p_diag.add_argument("--rollouts", required=True, help="JSONL: one {prompt, reasoning, group} per line")
-    p_diag.add_argument("--max-tokens-per-forward", type=int, default=8192)
-    p_diag.add_argument("--dtype", default="float32", choices=DIAGNOSE_DTYPES)
-    p_diag.add_argument("--max-rows", type=int, help="score a seeded random subsample of this many rows (cost: rows x groups pairs)")
-    p_diag.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subsample")
-    p_diag.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")
+    _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

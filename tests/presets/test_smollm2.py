@@ -234,7 +234,7 @@ def test_one_frozenlake_iteration_with_the_preset(converted, tmp_path):
     cfg = load_config(str(root / "conf" / "frozenlake.yaml"), [
         "model=smollm2-135m", f"logging.output_dir={tmp_path}", "trainer.iterations=1", "trainer.threads=1",
         "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=16",
-        "validation.num_envs=0", "filter.strategy=none", "diagnostics.every_n_steps=0", "algo=grpo",
+        "validation.num_envs=0", "filter.strategy=none", "diagnostics.every_n_iterations=0", "algo=grpo",
         "optim.num_minibatches=1", "optim.micro_batch_size=2",
     ])
     summary = fit(cfg)

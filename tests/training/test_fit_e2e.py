@@ -17,7 +17,7 @@ from ragen_lit.config import load_config
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=48",
-    "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.every_n_steps=1",
+    "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.every_n_iterations=1",
     "diagnostics.num_samples=8", "optim.num_minibatches=2", "optim.micro_batch_size=4", "trainer.threads=1",
 ]
 
@@ -69,7 +69,7 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("preset", ["ppo", "dapo", "grpo", "drgrpo"])
 def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     summary = fit(_cfg(tmp_path, tiny_model_dir, f"algo={preset}", "trainer.iterations=2", "filter.strategy=none",
-                       "validation.num_envs=0", "rollout.max_turns=1", "diagnostics.every_n_steps=0"))
+                       "validation.num_envs=0", "rollout.max_turns=1", "diagnostics.every_n_iterations=0"))
     assert summary["iterations"] == 2
     row = _runs(tmp_path).iloc[0]
     assert row["params.algo.name"] == preset
@@ -165,6 +165,6 @@ def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
 def test_fsdp_on_one_rank_fits(tmp_path, tiny_model_dir):
     """trainer.strategy=fsdp with one device is a valid (unsharded) run, not an error."""
     (rank,) = _probe_fit(tmp_path, tiny_model_dir, tmp_path / "probe", "trainer.iterations=1", "validation.num_envs=0",
-                         "diagnostics.every_n_steps=0", "diagnostics.gradient_buckets=false", "filter.strategy=none", devices=1)
+                         "diagnostics.every_n_iterations=0", "diagnostics.gradient_buckets=false", "filter.strategy=none", devices=1)
     assert rank["end"]["optimizer_step"] > 0
     assert _runs(tmp_path).iloc[0]["metrics.summary/iterations"] == 1

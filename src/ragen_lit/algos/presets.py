@@ -1,4 +1,4 @@
-"""Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo` sets every `AlgoConfig` field in one word;
+"""Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo` sets the `AlgoConfig` section in one word;
 single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 
 | preset | advantage | whitened | loss aggregation        | critic |
@@ -17,28 +17,13 @@ from __future__ import annotations
 ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo")
 _CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
 
-_PPO: dict[str, object] = {
-    "advantage": "gae",
-    "gamma": 1.0,
-    "lam": 1.0,
-    "high_level_gamma": 0.95,
-    "whiten_advantages": True,
-    "clip_low": 0.2,
-    "clip_high": 0.28,
-    "dual_clip": 3.0,
-    "loss_agg": "token-mean",
-    "entropy_coef": 0.001,
-    "kl_coef": 0.0,
-    "kl_estimator": "k3",
-    "value_clip": 0.5,
-    "ppo_epochs": 1,
-}
-
+# Each preset lists only where it differs from the `AlgoConfig` defaults, which are PPO's: the config
+# resolves `algo=<name>` to defaults + these fields (+ any `algo.x=y` overrides).
 PRESETS: dict[str, dict[str, object]] = {
-    "ppo": dict(_PPO),
-    "dapo": dict(_PPO),
-    "grpo": {**_PPO, "advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
-    "drgrpo": {**_PPO, "advantage": "drgrpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-sum-norm"},
+    "ppo": {},
+    "dapo": {},
+    "grpo": {"advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
+    "drgrpo": {"advantage": "drgrpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-sum-norm"},
 }
 
 

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from ragen_lit.engines.base import Engine, Generation, SamplingParams
 
-__all__ = ["Engine", "Generation", "SamplingParams", "build_engine"]
+__all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams", "build_engine"]
+
+ENGINES = ("hf", "vllm")
+# the hf engine's decode loops; here rather than in hf.py so the config reads them without importing transformers
+HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
 
 
 def build_engine(cfg, module) -> Engine:
@@ -28,4 +32,4 @@ def build_engine(cfg, module) -> Engine:
             max_model_len=cfg.rollout.max_context_tokens,
             seed=cfg.trainer.seed,
         )
-    raise ValueError(f"rollout.engine={cfg.rollout.engine!r}; allowed: hf, vllm")
+    raise ValueError(f"rollout.engine={cfg.rollout.engine!r}; allowed: {', '.join(ENGINES)}")

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, DynamicCache, StaticCache
 
+from ragen_lit.engines import HF_CACHE_MODES
 from ragen_lit.engines.base import Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
 
@@ -40,8 +41,6 @@ _NUCLEUS_PROBE = 256
 
 # cache="graph": how often (decode steps) the loop asks the device whether every row has stopped.
 _FINISHED_CHECK_EVERY = 8
-
-_CACHE_KINDS = ("auto", "dynamic", "static", "graph")
 
 
 def left_pad(
@@ -166,8 +165,8 @@ class HFEngine:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
-        if cache not in _CACHE_KINDS:
-            raise ValueError(f"cache must be one of {_CACHE_KINDS}, got {cache!r}")
+        if cache not in HF_CACHE_MODES:
+            raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
         self.sync(model)
         if cache == "graph" and not self._graph_ok:
             raise ValueError(f"cache='graph' does not support this model: {unsupported_reason(model)}; use cache='dynamic'")

@@ -64,6 +64,20 @@ def gpu_tokens_per_forward(total_memory: int, kv_bytes: int) -> int:
     return int(min(262144, max(8192, total_memory // 20 // kv_bytes)))
 
 
+def tokens_per_forward(policy, max_tokens_per_forward: int) -> int:
+    """The cross-scorer's memory bound (`diagnostics.max_tokens_per_forward`, also `diagnose`'s): a set value,
+    or for 0 (auto) 8192 on a CPU and `gpu_tokens_per_forward` of the card and model on a GPU (where small
+    forwards, each over a copy of a ~900-token prompt cache, are bound by kernel launches and Python, not by
+    the GPU)."""
+    if max_tokens_per_forward:
+        return max_tokens_per_forward
+    param = next(policy.parameters())
+    if param.device.type != "cuda":
+        return 8192
+    total = torch.cuda.get_device_properties(param.device).total_memory
+    return gpu_tokens_per_forward(total, kv_bytes_per_token(policy.config, param.element_size()))
+
+
 class CollapseDiagnostics(nn.Module):
     """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
 
@@ -74,7 +88,7 @@ class CollapseDiagnostics(nn.Module):
         self.trajectory = MIDiagnostics()
 
     def due(self, iteration: int) -> bool:
-        every = self.cfg.every_n_steps
+        every = self.cfg.every_n_iterations
         return bool(every) and iteration % every == 0
 
     @torch.no_grad()
@@ -102,18 +116,6 @@ class CollapseDiagnostics(nn.Module):
             policy.train(was_training)
         return out
 
-    def tokens_per_forward(self, policy) -> int:
-        """The cross-scorer's memory bound: `max_tokens_per_forward`, or for 0 (auto) 8192 on a CPU and
-        `gpu_tokens_per_forward` of the card and model on a GPU (where small forwards, each over a copy
-        of a ~900-token prompt cache, are bound by kernel launches and Python, not by the GPU)."""
-        if self.cfg.max_tokens_per_forward:
-            return self.cfg.max_tokens_per_forward
-        param = next(policy.parameters())
-        if param.device.type != "cuda":
-            return 8192
-        total = torch.cuda.get_device_properties(param.device).total_memory
-        return gpu_tokens_per_forward(total, kv_bytes_per_token(policy.config, param.element_size()))
-
     def _score(self, policy, chat, metric: MIDiagnostics, pairs) -> dict[str, float]:
         # one column per distinct key (group for first turn, draw index for trajectory scope)
         keys = list(dict.fromkeys(key for _, _, key in pairs))
@@ -130,7 +132,8 @@ class CollapseDiagnostics(nn.Module):
         if pairs:
             l_tok, l_sum = cross_score(
                 policy, prompts, reasonings,
-                max_tokens_per_forward=self.tokens_per_forward(policy), pad_token_id=chat.tokenizer.pad_token_id,
+                max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
+                pad_token_id=chat.tokenizer.pad_token_id,
             )
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()

@@ -1,0 +1,58 @@
+"""Dataclass fields that carry their own documentation and checks, shared by the training config and the
+`diagnose` options: a field's doc is the string literal right under it (an attribute docstring, as in litgpt),
+its checks sit in its `checked(...)` default, and `check_fields` applies them with one-line errors.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import math
+import textwrap
+from dataclasses import field
+from typing import Any, Callable
+
+from ragen_lit.errors import ConfigError
+
+
+def checked(default: Any, **rules: Any) -> Any:
+    """A field default with the checks `check_fields` applies: `choices=(...)`, bounds `ge`/`gt`/`le`/`lt`,
+    and `auto_or_ge=n` (0 means auto, any other value must be >= n)."""
+    return field(default=default, metadata=rules)
+
+
+_BOUNDS = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
+           ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """{field name: its docstring, whitespace collapsed to one line} of a dataclass, read from its source."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:
+    """Apply every field's `checked` rules to the dataclass `obj`; `key_of(field name)` is how an error names
+    the field (`filter.value`, `--max-rows`). Raises ConfigError."""
+    for f in dataclasses.fields(obj):
+        value, rules, key = getattr(obj, f.name), f.metadata, key_of(f.name)
+        if value is None:
+            continue
+        if "choices" in rules and value not in rules["choices"]:
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, rules['choices']))}")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value!r} must be a finite number")
+        for name, sign, ok in _BOUNDS:
+            if name in rules and not ok(value, rules[name]):
+                raise ConfigError(f"{key}={value!r} is out of range; it must be {sign} {rules[name]}")
+        if "auto_or_ge" in rules and 0 < value < rules["auto_or_ge"]:
+            raise ConfigError(f"{key}={value} must be 0 (auto) or >= {rules['auto_or_ge']}")
