@@ -1,6 +1,6 @@
 """Write a randomly initialised Qwen2.5-0.5B-shaped causal LM (bf16) and the offline env-text tokenizer
 to a folder, for `model.path=FOLDER` runs that need a real-size model without hub access (scale-out
-checks, FSDP). It is the model `scripts/bench_step.py` measures (`write_random_model` there).
+checks, FSDP). It is the model `scripts/bench_step.py` measures (`ragen_lit.bench.random_model`).
 
     python scripts/make_random_model.py /tmp/qwen05b-random           # Qwen2.5-0.5B shape (494M parameters)
     python scripts/make_random_model.py /tmp/tiny-random --smoke      # 2 layers, hidden 64: a quick CPU check
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import write_random_model  # noqa: E402
+from ragen_lit.bench.random_model import write_random_model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-import importlib.util
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 from ragen_lit.envs import make_env
 from ragen_lit.envs.math_qa import MathQAEnv, default_data_path, load_questions, normalize_answer
+from ragen_lit.envs.mathqa_synthetic import make_problems
 
 QUESTIONS = [
     {"question": "What is 2 + 3?", "answer": "5"},
@@ -131,18 +133,20 @@ def test_custom_characters_stay_inside_the_observation_space(tmp_path):
     assert obs in env.observation_space
 
 
-def test_bundled_set_matches_the_generator_script():
-    spec = importlib.util.spec_from_file_location("make_mathqa_data", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_bundled_set_matches_the_generator():
     records = [json.loads(line) for line in default_data_path().read_text(encoding="utf-8").splitlines()]
-    assert records == script.make_problems(1000, 0)
+    assert records == make_problems(1000, 0)
     questions = load_questions().pairs
     assert len(questions) == 1000 and len({q for q, _ in questions}) == 1000
     assert load_questions() is load_questions()
     env = MathQAEnv()
     validation_questions = {env.reset(seed=seed)[0] for seed in MathQAEnv.validation_seeds}
     assert len(validation_questions) == 512
+
+
+def test_generator_script_is_wired():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--count" in done.stdout, done.stderr[-2000:]
 
 
 def test_gold_answers_of_the_bundled_set_score_one():

@@ -1,7 +1,6 @@
-"""`scripts/bench_update.py`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
+"""`ragen_lit.bench.update`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -9,34 +8,23 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_update.py"
+from ragen_lit.bench.update import parse_variant, synthetic_batch
 
-
-def _load_script():
-    sys.path.insert(0, str(SCRIPT.parent))  # the script imports bench_step from its own folder
-    try:
-        spec = importlib.util.spec_from_file_location("bench_update", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return module
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_update.py"
 
 
 def test_variants_parse_config_keys_and_the_attention_backend():
-    bench = _load_script()
-    assert bench.parse_variant("c16:model.compile=true,optim.micro_batch_size=16,sdpa=flash") == (
+    assert parse_variant("c16:model.compile=true,optim.micro_batch_size=16,sdpa=flash") == (
         "c16", ["model.compile=true", "optim.micro_batch_size=16"], "flash"
     )
-    assert bench.parse_variant("plain:") == ("plain", [], None)
+    assert parse_variant("plain:") == ("plain", [], None)
     for bad, message in (("sdpa=flash", "expected name:"), ("x:sdpa", "is not key=value"), (":a=1", "may not be empty"), ("x:sdpa=fast", "allowed: flash")):
         with pytest.raises(SystemExit, match=message):
-            bench.parse_variant(bad)
+            parse_variant(bad)
 
 
 def test_synthetic_batch_has_the_turn_structure():
-    bench = _load_script()
-    batch = bench.synthetic_batch(rows=6, length=200, turns=4, response=10, vocab=50, seed=0)
+    batch = synthetic_batch(rows=6, length=200, turns=4, response=10, vocab=50, seed=0)
     lengths = batch["attention_mask"].sum(-1)
     assert ((lengths >= 190) & (lengths <= 210)).all()
     assert batch["attention_mask"].shape[1] == int(lengths.max())

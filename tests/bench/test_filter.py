@@ -1,4 +1,5 @@
-"""`scripts/bench_filter.py` on a tiny configuration: it runs through the real update path and prints its table."""
+"""`scripts/bench_filter.py` (`ragen_lit.bench.filter`) on a tiny configuration: it runs through the real update
+path and prints its table."""
 from __future__ import annotations
 
 import re
@@ -6,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_filter.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_filter.py"
 
 
 def test_prints_both_settings_and_a_verdict(tiny_model_dir):

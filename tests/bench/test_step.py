@@ -1,7 +1,6 @@
-"""`scripts/bench_step.py`: the FLOP count by hand, and the whole benchmark in --smoke mode (CPU)."""
+"""`ragen_lit.bench.step`: the FLOP count by hand, and the whole benchmark in --smoke mode (CPU)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,25 +11,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_step.py"
+from ragen_lit.bench.common import update_flops
+from ragen_lit.bench.step_baselines import micro_batches, plain_layers
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("bench_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_step.py"
 
 
 def test_update_flops_by_hand():
-    bench = _load_script()
     config = SimpleNamespace(hidden_size=2, num_hidden_layers=1, vocab_size=3)
     # two sequences of 3 and 2 real tokens; scored positions: (0, 2) and (1, 1) -> h = 1 and 1
     minibatch = {
         "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool),
         "loss_mask": torch.tensor([[0, 0, 1], [0, 1, 0]], dtype=torch.bool),
     }
-    exact, naive = bench.update_flops(config, [minibatch], policy_params=10, critic_params=7)
+    exact, naive = update_flops(config, [minibatch], policy_params=10, critic_params=7)
     # V·d = 6; tokens = 5; scored = 2; attention = 12·1·2·(9 + 4) = 312
     policy = 6 * (10 - 6) * 5 + 6 * 6 * 2 + 312  # 120 + 72 + 312
     critic = 6 * (7 - 6) * 5 + 312  # 30 + 312
@@ -39,13 +33,12 @@ def test_update_flops_by_hand():
 
 
 def test_micro_batches_group_rows_by_length_and_trim_each_to_its_longest_sequence():
-    bench = _load_script()
     batch = {
         "input_ids": torch.arange(16).view(4, 4),
         "attention_mask": torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool),
         "scores": torch.tensor([1.0, 2.0, 3.0, 4.0]),
     }
-    parts = list(bench.micro_batches(batch, 2))  # lengths 2, 1, 3, 1 -> rows (2, 0) then (1, 3)
+    parts = list(micro_batches(batch, 2))  # lengths 2, 1, 3, 1 -> rows (2, 0) then (1, 3)
     assert [p["attention_mask"].shape for p in parts] == [(2, 3), (2, 1)]
     assert parts[0]["input_ids"].tolist() == [[8, 9, 10], [0, 1, 2]]
     assert parts[1]["scores"].tolist() == [2.0, 4.0]
@@ -89,12 +82,11 @@ def test_plain_layers_unbinds_compiled_forwards_and_restores_them():
 
     from ragen_lit.models import compile_layers
 
-    bench = _load_script()
     config = transformers.Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                                       num_attention_heads=2, num_key_value_heads=1)
     model = transformers.Qwen2ForCausalLM(config)
     compile_layers(model)
     bound = [layer.forward for layer in model.model.layers]
-    with bench.plain_layers(model, None):
+    with plain_layers(model, None):
         assert all("forward" not in layer.__dict__ for layer in model.model.layers)
     assert [layer.forward for layer in model.model.layers] == bound

@@ -1,4 +1,5 @@
-"""`scripts/bench_diagnostics.py --smoke`: the whole benchmark runs and prints its table with finite figures."""
+"""`scripts/bench_diagnostics.py --smoke` (`ragen_lit.bench.diagnostics`): the whole benchmark runs and prints
+its table with finite figures."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_diagnostics.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_diagnostics.py"
 
 
 def _figure(stdout: str, label: str) -> str:

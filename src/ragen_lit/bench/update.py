@@ -1,0 +1,293 @@
+"""The update alone: PPO actor + critic optimizer steps on a synthetic batch of `bench_step.py`'s shape,
+for several settings side by side, each in a fresh process, with a kernel-level breakdown.
+
+`bench_step.py` times the whole iteration; this benchmark isolates its update (issue 6, item 6: MFU of
+the update) so that settings can be compared in minutes. The batch imitates bench_step's workload:
+`--rows` episodes (128) of `--turns` (5) turns, each turn a prompt part followed by `--response` (100)
+sampled tokens, sequence lengths uniform in `--length` ± 5% (1,700: what the device's tokenizer
+gave), random token ids; `prepare_batch` adds old log-probs, values and GAE advantages as in a run.
+One pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
+optimizer state); the median of `--repeats` timed passes is reported, with the MFU counted as in
+`bench_step.py` (`ragen_lit.bench.common.update_flops`).
+
+A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>`
+(flash | cudnn | efficient | math: restricts `scaled_dot_product_attention` to that kernel for the whole
+update). `--profile` records one mini-batch per variant with the CUDA profiler and prints the device
+time by kernel family (matmul, attention, triton-fused element-wise, other element-wise, optimizer),
+the device's busy fraction of the wall time, and the top kernels.
+Entry point: `scripts/bench_update.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, update_flops
+from ragen_lit.bench.machine import utc_now
+from ragen_lit.bench.random_model import write_random_model
+from ragen_lit.config import load_config
+from ragen_lit.training.batch import select_rows
+from ragen_lit.training.data import plan_minibatches
+from ragen_lit.training.module import AgentRLModule
+
+SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
+KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton kernels
+    ("attention", re.compile(r"flash|fmha|cudnn|attn|sdpa", re.IGNORECASE)),
+    ("matmul", re.compile(r"gemm|cutlass|xmma|nvjet|sm\d+_|cublas|splitk", re.IGNORECASE)),
+    ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.IGNORECASE)),
+    ("triton fused", re.compile(r"^triton_", re.IGNORECASE)),
+    ("reduction/index", re.compile(r"reduce|index|scatter|gather|embedding|sort|cumsum|nonzero", re.IGNORECASE)),
+)
+
+
+def parse_variant(text: str) -> tuple[str, list[str], str | None]:
+    """`name:key=value,...` → (name, config overrides, sdpa backend or None)."""
+    name, colon, rest = text.partition(":")
+    if not name or not colon:
+        raise SystemExit(f"--variant {text!r}: expected name:key=value,... (the name may not be empty)")
+    overrides, sdpa = [], None
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--variant {text!r}: {item!r} is not key=value")
+        if key == "sdpa":
+            if value not in SDPA_BACKENDS:
+                raise SystemExit(f"--variant {text!r}: sdpa={value!r}; allowed: {', '.join(SDPA_BACKENDS)}")
+            sdpa = value
+        else:
+            overrides.append(item)
+    return name, overrides, sdpa
+
+
+def synthetic_batch(
+    rows: int, length: int, turns: int, response: int, vocab: int, seed: int
+) -> dict[str, torch.Tensor]:
+    """Right-padded episodes: each of `turns` turns is a prompt part then `response` sampled tokens
+    (loss_mask), lengths uniform in length ± 5%; the reward sits on the last sampled token."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(int(length * 0.95), int(length * 1.05) + 1, (rows,), generator=g)
+    width = int(lengths.max())
+    batch = {
+        "input_ids": torch.randint(0, vocab, (rows, width), generator=g),
+        "attention_mask": torch.zeros(rows, width, dtype=torch.bool),
+        "loss_mask": torch.zeros(rows, width, dtype=torch.bool),
+        "sample_logprobs": torch.zeros(rows, width),
+        "token_rewards": torch.zeros(rows, width),
+        "turn_end_mask": torch.zeros(rows, width, dtype=torch.bool),
+        "scores": torch.rand(rows, generator=g),
+        "group_ids": torch.arange(rows) // 8,
+    }
+    for b, n in enumerate(lengths.tolist()):
+        batch["attention_mask"][b, :n] = True
+        turn = n // turns
+        for t in range(turns):
+            end = (t + 1) * turn
+            batch["loss_mask"][b, max(end - response, t * turn + 1):end] = True
+            batch["turn_end_mask"][b, end - 1] = True
+        batch["token_rewards"][b, turns * turn - 1] = batch["scores"][b]
+    return batch
+
+
+def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
+    """Device time per kernel family, busy fraction of `wall_s`, and the `top` kernels by device time."""
+    per_kernel: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        # user annotations (e.g. `Optimizer.step#AdamW.step`) span kernels already counted
+        if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
+            per_kernel[event.name] += event.device_time_total / 1e6  # microseconds → seconds
+    families: dict[str, float] = defaultdict(float)
+    for name, seconds in per_kernel.items():
+        family = next((f for f, pattern in KERNEL_FAMILIES if pattern.search(name)), "other element-wise")
+        families[family] += seconds
+    busy = sum(per_kernel.values())
+    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
+    return {
+        "wall_s": wall_s, "device_busy_s": busy, "busy_fraction": busy / wall_s if wall_s else float("nan"),
+        "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
+        "top_kernels": [(name[:110], seconds) for name, seconds in ranked],
+    }
+
+
+def run_variant(args) -> dict:
+    """One variant in this process: load, prepare, warm up, time, optionally profile."""
+    name, overrides, sdpa = parse_variant(args.run_variant)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = load_config(str(CONFIG), [
+        "model.name=hf", f"model.path={args.model}", "algo=ppo", "filter.strategy=none",
+        f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
+    ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"]) + args.set + overrides)
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.manual_seed(cfg.trainer.seed)
+    module = AgentRLModule(cfg).to(device)
+    module.configure_model()
+    config = module.policy.config
+    batch = synthetic_batch(args.rows, args.length, args.turns, args.response, min(config.vocab_size, 32768), seed=0)
+    attention = nullcontext()
+    if sdpa:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                   "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[sdpa]
+        attention = sdpa_kernel([backend])
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    with attention:
+        module.prepare_batch(batch, keep_ratio=1.0)
+        plan = plan_minibatches(
+            args.rows, args.rows, cfg.optim.num_minibatches, "scale", 1, torch.Generator().manual_seed(0)
+        )
+        minibatches = [select_rows(batch, rows) for rows in plan]
+        optimizers, schedulers = module.configure_optimizers()
+
+        def one_pass(batches) -> float:
+            sync()
+            start = time.perf_counter()
+            for mb in batches:
+                module.update(mb, optimizers, schedulers)
+            sync()
+            module.pop_step_stats()
+            return time.perf_counter() - start
+
+        warmup_s = one_pass(minibatches)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        times = [one_pass(minibatches) for _ in range(args.repeats)]
+        profile = None
+        if args.profile:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            with torch.profiler.profile(activities=activities) as prof:
+                wall = one_pass(minibatches[:1])
+            profile = kernel_breakdown(prof, wall, args.top)
+    update_s = statistics.median(times)
+    policy_params = sum(p.numel() for p in module.policy.parameters())
+    critic_params = sum(p.numel() for p in module.critic.parameters())
+    flops, naive = update_flops(config, minibatches, policy_params, critic_params)
+    peak = PEAK_FLOPS if device.type == "cuda" else float("nan")
+    return {
+        "variant": name, "overrides": overrides, "sdpa": sdpa or "default",
+        "micro_batch_size": cfg.optim.micro_batch_size, "compile": cfg.model.compile,
+        "warmup_s": warmup_s, "update_s": update_s, "times_s": times,
+        "mfu": flops / update_s / peak, "mfu_naive_count": naive / update_s / peak,
+        "tokens_per_s": int(batch["attention_mask"].sum()) / update_s,
+        "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan"),
+        "profile": profile,
+    }
+
+
+def format_report(meta: dict, results: list[dict]) -> str:
+    lines = [
+        f"update benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}",
+        f"batch: {meta['rows']} episodes x ~{meta['length']} tokens ({meta['turns']} turns, {meta['response']} "
+        f"sampled tokens each); PPO actor + critic, {meta['num_minibatches']} mini-batches; "
+        f"median of {meta['repeats']} passes after one warm-up pass",
+        "",
+        "| variant | settings | micro-batch | update s | MFU | MFU (naive 6N count) | tokens/s | peak GiB "
+        "| warm-up s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['variant']} | failed: {r['error']} | | | | | | | |")
+            continue
+        settings = ", ".join(r["overrides"] + ([f"sdpa={r['sdpa']}"] if r["sdpa"] != "default" else [])) or "(config)"
+        lines.append(
+            f"| {r['variant']} | {settings} | {r['micro_batch_size']} | {r['update_s']:.3f} | {r['mfu']:.1%} "
+            f"| {r['mfu_naive_count']:.1%} | {r['tokens_per_s']:,.0f} | {r['peak_gib']:.1f} | {r['warmup_s']:.1f} |"
+        )
+    for r in results:
+        p = r.get("profile")
+        if not p:
+            continue
+        wall = f"{r['variant']}: one mini-batch, wall {p['wall_s'] * 1e3:.0f} ms"
+        if not p["device_busy_s"]:
+            lines += ["", f"{wall} (no CUDA kernels recorded: CPU run)"]
+            continue
+        lines += ["", f"{wall}, device busy {p['device_busy_s'] * 1e3:.0f} ms ({p['busy_fraction']:.0%})"]
+        lines += [
+            f"  {family:20s} {seconds * 1e3:8.1f} ms  {seconds / p['device_busy_s']:6.1%}"
+            for family, seconds in p["families_s"].items()
+        ]
+        lines += ["  top kernels:"] + [f"  {seconds * 1e3:8.1f} ms  {name}" for name, seconds in p["top_kernels"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
+                        help="a setting to time (repeatable; default: one variant with the config as is)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every variant")
+    parser.add_argument("--rows", type=int, default=128, help="episodes in the iteration's batch")
+    parser.add_argument("--length", type=int, default=1700, help="mean sequence length (tokens)")
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--response", type=int, default=100, help="sampled tokens per turn")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes over the mini-batches")
+    parser.add_argument("--profile", action="store_true", help="kernel breakdown of one mini-batch per variant")
+    parser.add_argument("--top", type=int, default=15, help="kernels listed per profile")
+    parser.add_argument("--smoke", action="store_true", help="tiny model and batch (CPU is fine)")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: run one variant in this process
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.length, args.turns, args.response = min(args.rows, 8), min(args.length, 64), 2, 8
+    for text in args.variant:
+        parse_variant(text)  # bad variants stop here, before any model is built
+    if args.run_variant:
+        args.result.write_text(json.dumps(run_variant(args)))
+        return 0
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    variants = args.variant or ["config:"]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-update-") as folder:
+        write_random_model(Path(folder), args.smoke, device)
+        for text in variants:
+            result_file = Path(folder) / "result.json"
+            command = [
+                sys.executable, "-m", "ragen_lit.bench.update", "--run-variant", text, "--model", folder,
+                "--result", str(result_file), "--rows", str(args.rows), "--length", str(args.length),
+                "--turns", str(args.turns), "--response", str(args.response), "--repeats", str(args.repeats),
+                "--top", str(args.top), "--set", *args.set,
+            ]
+            command += ["--smoke"] * args.smoke + ["--profile"] * args.profile
+            started = time.perf_counter()
+            done = subprocess.run(command, stderr=subprocess.PIPE, text=True)
+            if done.returncode == 0:
+                results.append(json.loads(result_file.read_text()))
+            else:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                results.append({"variant": text.partition(":")[0], "error": last[:200]})
+                print(done.stderr[-3000:], file=sys.stderr)
+            print(f"[bench_update] {text}: {time.perf_counter() - started:.0f} s", flush=True)
+    cfg = load_config(str(CONFIG), (SMOKE_OVERRIDES if args.smoke else []) + args.set)
+    meta = {
+        "device": device_name(device), "date": utc_now(), "torch": torch.__version__,
+        "rows": args.rows, "length": args.length, "turns": args.turns, "response": args.response,
+        "repeats": args.repeats, "num_minibatches": cfg.optim.num_minibatches,
+    }
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(format_report(meta, results))
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":  # each variant's own process (see `main`)
+    raise SystemExit(main())
