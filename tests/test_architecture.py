@@ -14,25 +14,28 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 
 # The floors, bottom up. `parallel.collectives` is torch.distributed only, so the floors below
 # `parallel` may use it.
-BOTTOM = {"errors", "algos", "filtering", "logprobs", "envs", "parallel.collectives"}
+BOTTOM = {"errors", "typed_fields", "algos", "filtering", "logprobs", "envs", "parallel.collectives"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
+    "typed_fields": {"errors"},
     "models": {"errors", "logprobs"},
     "engines": {"errors", "models", "parallel.collectives"},
     "agent": {"envs", "engines"},
     "metrics": {"errors", "logprobs", "models", "algos", "filtering", "parallel.collectives"},
-    "config": {"errors", "algos", "filtering", "envs", "engines", "models"},
+    "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel": {"parallel.collectives", "errors", "logprobs", "models"},
     "training": {
         "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
         "metrics", "parallel", "parallel.collectives", "config",
     },
-    "diagnose": {"errors", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives"},
-    "cli": {"errors", "config", "training", "parallel", "diagnose", "envs", "presets"},
+    "diagnose": {
+        "errors", "typed_fields", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives",
+    },
+    "cli": {"errors", "typed_fields", "config", "training", "parallel", "diagnose", "envs", "presets"},
     "bench": {
         "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
-        "metrics", "parallel", "parallel.collectives", "config", "training",
+        "metrics", "parallel", "parallel.collectives", "config", "training", "diagnose", "cli", "typed_fields",
     },
     "__main__": {"cli"},
     "__init__": {"envs"},

@@ -1,13 +1,9 @@
 """Rollout engines behind one protocol (`base.Engine`): transformers (`hf`) or vLLM (`vllm`)."""
 from __future__ import annotations
 
-from ragen_lit.engines.base import Engine, Generation, SamplingParams
+from ragen_lit.engines.base import ENGINES, HF_CACHE_MODES, Engine, Generation, SamplingParams
 
 __all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams", "build_engine"]
-
-ENGINES = ("hf", "vllm")
-# the hf engine's decode loops; here rather than in hf.py so the config reads them without importing transformers
-HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
 
 
 def build_engine(cfg, module) -> Engine:

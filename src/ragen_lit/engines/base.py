@@ -11,6 +11,10 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
+ENGINES = ("hf", "vllm")
+# the hf engine's decode loops; here rather than in hf.py so the config reads them without importing transformers
+HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
+
 
 @dataclass
 class SamplingParams:

@@ -26,8 +26,7 @@ from collections.abc import Sequence
 import torch
 from transformers import Cache, DynamicCache, StaticCache
 
-from ragen_lit.engines import HF_CACHE_MODES
-from ragen_lit.engines.base import Generation, SamplingParams, validate_request
+from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
 
 # Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
