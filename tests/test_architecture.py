@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 
 # The floors, bottom up. `parallel.collectives` is torch.distributed only, so the floors below
 # `parallel` may use it.
-BOTTOM = {"errors", "algos", "filtering", "logprobs", "envs", "parallel.collectives"}
+BOTTOM = {"errors", "algos", "filtering", "logprobs", "envs", "parallel.collectives", "figures"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "models": {"errors", "logprobs"},
@@ -25,11 +25,12 @@ ALLOWED: dict[str, set[str]] = {
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel": {"parallel.collectives", "errors", "logprobs", "models"},
     "training": {
-        "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
+        "figures", "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
         "metrics", "parallel", "parallel.collectives", "config",
     },
     "diagnose": {"errors", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives"},
-    "cli": {"errors", "config", "training", "parallel", "diagnose", "envs", "presets"},
+    "analysis": {"errors", "figures"},
+    "cli": {"errors", "config", "training", "parallel", "diagnose", "envs", "presets", "analysis"},
     "bench": {
         "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
         "metrics", "parallel", "parallel.collectives", "config", "training",

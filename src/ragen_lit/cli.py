@@ -1,4 +1,4 @@
-"""`python -m ragen_lit <command>`: fit, diagnose, config. User mistakes end with one clear line."""
+"""`python -m ragen_lit <command>`: fit, diagnose, config, compare. User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
@@ -135,6 +135,12 @@ def _diagnose_command(args) -> int:
     )
 
 
+def _compare_command(args) -> int:
+    from ragen_lit.analysis.compare import run_compare
+
+    return run_compare(args.targets, args.tracking_uri, args.baseline, args.format, args.out, args.metrics)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     p_diag.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subsample")
     p_diag.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda | cuda:1 ...")
     p_diag.set_defaults(func=_diagnose_command)
+    p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")
+    p_cmp.add_argument("targets", nargs="*", help="folders to search for **/mlruns.db, or run ids/names/points")
+    p_cmp.add_argument("--tracking-uri", help="one more MLflow store or server")
+    p_cmp.add_argument("--baseline", help="the point to difference against (default: one with strategy=none)")
+    p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
+    p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
+    p_cmp.add_argument("--metrics", nargs="+", help="columns to show: column names or logged keys[:last|max|mean]")
+    p_cmp.set_defaults(func=_compare_command)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
