@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 Curve = Sequence[tuple[float, float]]
 Groups = Mapping[str, Sequence[Curve]]
@@ -57,6 +58,7 @@ def draw_groups(ax, groups: Groups, ylabel: str) -> None:
         ax.plot(steps, means, marker="o", markersize=3, color=colour(i), label=f"{label} (n={len(curves)})")
         ax.fill_between(steps, means - stds, means + stds, color=colour(i), alpha=0.2, linewidth=0)
     ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     _legend(ax)
@@ -124,7 +126,7 @@ def mi_entropy_plane(
     ax.set_ylabel(ylabel)
     ax.set_title("MI vs entropy (o: first iteration, *: last)")
     ax.grid(alpha=0.3)
-    _legend(ax, loc="center left")
+    _legend(ax)
     return fig
 
 
@@ -135,10 +137,13 @@ def gradient_buckets(task: Mapping[str, Sequence[float]], reg: Mapping[str, Sequ
     panels = fig.subplots(1, 2)
     for ax, norms, title in ((panels[0], task, "task gradient norm"), (panels[1], reg, "regulariser gradient norm")):
         buckets = max((len(v) for v in norms.values()), default=0)
-        width = 0.8 / max(len(norms), 1)
-        for i, (label, values) in enumerate(norms.items()):
-            positions = np.arange(len(values)) + (i - (len(norms) - 1) / 2) * width
-            ax.bar(positions, np.asarray(values, dtype=float), width, color=colour(i), label=label)
+        # a label without any value gets no slot, but keeps its index so its colour matches the other figures
+        shown = [(i, label, np.asarray(v, dtype=float)) for i, (label, v) in enumerate(norms.items())
+                 if not np.all(np.isnan(np.asarray(v, dtype=float)))]
+        width = 0.8 / max(len(shown), 1)
+        for slot, (i, label, values) in enumerate(shown):
+            positions = np.arange(len(values)) + (slot - (len(shown) - 1) / 2) * width
+            ax.bar(positions, values, width, color=colour(i), label=label)
         ax.set_xticks(np.arange(buckets), [f"q{k + 1}" for k in range(buckets)])
         ax.set_xlabel("reward-variance bucket (q1: lowest)")
         ax.set_ylabel("mean gradient norm")
