@@ -103,8 +103,9 @@ def select_runs(runs: list[RunRecord], selectors: Sequence[str]) -> list[RunReco
 
 
 def label_runs(runs: list[RunRecord]) -> list[RunRecord]:
-    """When the runs come from several sweeps, prefix each label with its sweep so equal points stay apart."""
-    sweeps = {r.tags.get("sweep", "") for r in runs}
+    """When the runs come from several sweeps, prefix each swept run's label with its sweep, so equal points
+    of two sweeps stay apart (runs outside any sweep keep their run name)."""
+    sweeps = {r.tags["sweep"] for r in runs if r.tags.get("sweep")}
     if len(sweeps) < 2:
         return runs
-    return [replace(r, label=f"{r.tags.get('sweep') or '(no sweep)'}: {r.label}") for r in runs]
+    return [replace(r, label=f"{r.tags['sweep']}: {r.label}") if r.tags.get("sweep") else r for r in runs]
