@@ -56,16 +56,7 @@ class Column:
         return REDUCERS[self.reduce]([v for _, v in history]) if history else math.nan
 
 
-# The per-run values (the run's history of `metric`, in step order):
-#   final val success  = last `val/success` (the end-of-run validation)
-#   best val success   = max `val/success` over every validation, step 0 (before any update) included
-#   train success      = mean of the last 3 `rollout/success` (training rollouts, less noisy than one)
-#   MI retrieval acc   = last `collapse/first_turn/retrieval_acc`; chance = last `.../retrieval_chance`
-#   MI estimate        = last `collapse/first_turn/mi_est` (nats)
-#   token entropy      = last `actor/entropy`
-#   kept ratio         = mean `filter/kept_ratio` over iterations (share of groups the RV filter kept)
-#   Std(RV)/Mean(RV)   = mean `filter/rv_cv` over iterations
-#   step time          = mean `time/iteration_s` over iterations (seconds)
+# the definitions of these values are in `build_table`'s docstring
 COLUMNS = (
     Column("val_success_final", "final val success", "val/success", "last"),
     Column("val_success_best", "best val success", "val/success", "max"),
@@ -142,6 +133,25 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
 
 def build_table(runs: Sequence[RunRecord], baseline: str | None = None,
                 columns: tuple[Column, ...] = COLUMNS) -> Table:
+    """One row per label (grid point): each column's mean ± sample std over the label's runs, with n the
+    runs that logged the metric, and the difference of final validation success to the baseline
+    (`choose_baseline`) with its Welch interval.
+
+    The default columns, per run, from the run's history of each metric in step order (missing: NaN):
+
+      final val success  = last `val/success` (the end-of-run validation)
+      best val success   = max `val/success` over every validation, step 0 (before any update) included
+      train success      = mean of the last 3 `rollout/success` (training rollouts, less noisy than one)
+      MI retrieval acc   = last `collapse/first_turn/retrieval_acc`; chance = last `.../retrieval_chance`
+      MI estimate        = last `collapse/first_turn/mi_est` (nats)
+      token entropy      = last `actor/entropy`
+      kept ratio         = mean `filter/kept_ratio` over iterations (share of groups the RV filter kept)
+      Std(RV)/Mean(RV)   = mean `filter/rv_cv` over iterations
+      step time          = mean `time/iteration_s` over iterations (seconds)
+
+    Per cell x̄ = Σx/n and s = sqrt(Σ(x - x̄)²/(n - 1)); Δ = x̄_point - x̄_baseline ± t_{0.975,ν}·se with
+    se and ν from `stats.welch_difference`.
+    """
     groups = group_runs(runs)
     if not groups:
         raise ConfigError("no runs found to compare")
