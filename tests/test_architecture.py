@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 
 # The floors, bottom up. `parallel.collectives` is torch.distributed only, so the floors below
 # `parallel` may use it.
-BOTTOM = {"errors", "typed_fields", "algos", "filtering", "logprobs", "envs", "parallel.collectives"}
+BOTTOM = {"errors", "typed_fields", "algos", "filtering", "logprobs", "envs", "parallel.collectives", "figures"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -26,13 +26,14 @@ ALLOWED: dict[str, set[str]] = {
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel": {"parallel.collectives", "errors", "logprobs", "models"},
     "training": {
-        "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
+        "figures", "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
         "metrics", "parallel", "parallel.collectives", "config",
     },
     "diagnose": {
         "errors", "typed_fields", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives",
     },
-    "cli": {"errors", "typed_fields", "config", "training", "parallel", "diagnose", "envs", "presets"},
+    "analysis": {"errors", "figures", "config"},
+    "cli": {"errors", "typed_fields", "config", "training", "parallel", "diagnose", "envs", "presets", "analysis"},
     "bench": {
         "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
         "metrics", "parallel", "parallel.collectives", "config", "training", "diagnose", "cli", "typed_fields",

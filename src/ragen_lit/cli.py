@@ -1,4 +1,4 @@
-"""`python -m ragen_lit <command>`: fit, diagnose, config. User mistakes end with one clear line."""
+"""`python -m ragen_lit <command>`: fit, diagnose, config, compare. User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
@@ -150,6 +150,12 @@ def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
         parser.add_argument(flag(f.name), **kwargs)
 
 
+def _compare_command(args) -> int:
+    from ragen_lit.analysis.compare import run_compare
+
+    return run_compare(args.targets, args.tracking_uri, args.baseline, args.format, args.out, args.metrics)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
     _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
+    p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")
+    p_cmp.add_argument("targets", nargs="*", help="folders to search for **/mlruns.db, or run ids/names/points")
+    p_cmp.add_argument("--tracking-uri", help="one more MLflow store or server")
+    p_cmp.add_argument("--baseline", help="the point to difference against (default: one with strategy=none)")
+    p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
+    p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
+    p_cmp.add_argument("--metrics", nargs="+", help="columns to show: column names or logged keys[:last|max|mean]")
+    p_cmp.set_defaults(func=_compare_command)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:

@@ -1,0 +1,324 @@
+"""`python -m ragen_lit compare`: one table of runs grouped by grid point, against a baseline, plus figures.
+
+Per run, each column reduces one logged metric history to a number (a missing metric gives NaN, shown
+"–"); per grid point the table shows mean ± sample std over its runs (seeds), and the difference of final
+validation success against the baseline point with a 95% Welch interval (see `stats.welch_difference`).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ragen_lit.analysis.plots import write_figures
+from ragen_lit.analysis.runs import (
+    STORE_NAME, RunRecord, find_stores, label_runs, load_runs, select_runs, store_folder,
+)
+from ragen_lit.analysis.stats import Difference, Summary, summarize, welch_difference
+from ragen_lit.analysis.tracking import log_comparison
+from ragen_lit.errors import ConfigError
+
+FORMATS = {"markdown": "md", "csv": "csv", "json": "json"}  # format: file suffix
+CONFIDENCE = 0.95
+BASELINE_HINT = "strategy=none"  # the unfiltered point is the natural reference of an RV-filter sweep
+MISSING = "–"
+
+
+def _last(values: list[float]) -> float:
+    return values[-1]
+
+
+def _mean_last3(values: list[float]) -> float:
+    return sum(values[-3:]) / len(values[-3:])
+
+
+REDUCERS: dict[str, Callable[[list[float]], float]] = {
+    "last": _last, "max": max, "mean": lambda v: sum(v) / len(v), "mean_last3": _mean_last3,
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: `reduce` applied to the values (in step order) of the metric `metric`."""
+
+    key: str
+    title: str
+    metric: str
+    reduce: str
+
+    def value(self, run: RunRecord) -> float:
+        history = run.metrics.get(self.metric)
+        return REDUCERS[self.reduce]([v for _, v in history]) if history else math.nan
+
+
+# the definitions of these values are in `build_table`'s docstring
+COLUMNS = (
+    Column("val_success_final", "final val success", "val/success", "last"),
+    Column("val_success_best", "best val success", "val/success", "max"),
+    Column("train_success", "train success (last 3)", "rollout/success", "mean_last3"),
+    Column("mi_retrieval_acc", "MI retrieval acc", "collapse/first_turn/retrieval_acc", "last"),
+    Column("mi_retrieval_chance", "MI chance", "collapse/first_turn/retrieval_chance", "last"),
+    Column("mi_est", "MI estimate (nats)", "collapse/first_turn/mi_est", "last"),
+    Column("token_entropy", "token entropy", "actor/entropy", "last"),
+    Column("kept_ratio", "kept ratio", "filter/kept_ratio", "mean"),
+    Column("rv_cv", "Std(RV)/Mean(RV)", "filter/rv_cv", "mean"),
+    Column("step_time_s", "step time (s)", "time/iteration_s", "mean"),
+)
+DIFF_COLUMN = COLUMNS[0]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One grid point: its runs, each column's per-run values and their summary, and the difference of
+    final validation success to the baseline (None on the baseline row itself)."""
+
+    label: str
+    runs: tuple[RunRecord, ...]
+    values: dict[str, list[float]]
+    cells: dict[str, Summary]
+    difference: Difference | None
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    baseline: str
+
+
+def choose_columns(names: Sequence[str] | None, runs: Sequence[RunRecord]) -> tuple[Column, ...]:
+    """The default columns, or the named ones: a column key (`val_success_final`) or any logged metric key
+    with an optional reducer (`rollout/reward`, `rollout/reward:mean`; default: last)."""
+    if not names:
+        return COLUMNS
+    known = {c.key: c for c in COLUMNS}
+    logged = {key for run in runs for key in run.metrics}
+    chosen = []
+    for name in names:
+        metric, _, reduce = name.partition(":")
+        if name in known:
+            chosen.append(known[name])
+        elif metric in logged and (reduce or "last") in REDUCERS:
+            chosen.append(Column(name, name, metric, reduce or "last"))
+        else:
+            raise ConfigError(
+                f"unknown metric '{name}': use a column ({', '.join(known)}) or a logged metric key such as "
+                f"'rollout/reward', optionally ':{'|'.join(REDUCERS)}'"
+            )
+    return tuple(chosen)
+
+
+def group_runs(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Runs by label, labels in the order they first appear."""
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(run.label, []).append(run)
+    return groups
+
+
+def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
+    """`baseline` when given (it must be a label); else the first label containing 'strategy=none', else
+    the first label."""
+    if baseline is not None:
+        if baseline not in labels:
+            raise ConfigError(f"unknown baseline '{baseline}': the points are {', '.join(map(repr, labels))}")
+        return baseline
+    return next((label for label in labels if BASELINE_HINT in label), labels[0])
+
+
+def build_table(runs: Sequence[RunRecord], baseline: str | None = None,
+                columns: tuple[Column, ...] = COLUMNS) -> Table:
+    """One row per label (grid point): each column's mean ± sample std over the label's runs, with n the
+    runs that logged the metric, and the difference of final validation success to the baseline
+    (`choose_baseline`) with its Welch interval.
+
+    The default columns, per run, from the run's history of each metric in step order (missing: NaN):
+
+      final val success  = last `val/success` (the end-of-run validation)
+      best val success   = max `val/success` over every validation, step 0 (before any update) included
+      train success      = mean of the last 3 `rollout/success` (training rollouts, less noisy than one)
+      MI retrieval acc   = last `collapse/first_turn/retrieval_acc`; chance = last `.../retrieval_chance`
+      MI estimate        = last `collapse/first_turn/mi_est` (nats)
+      token entropy      = last `actor/entropy`
+      kept ratio         = mean `filter/kept_ratio` over iterations (share of groups the RV filter kept)
+      Std(RV)/Mean(RV)   = mean `filter/rv_cv` over iterations
+      step time          = mean `time/iteration_s` over iterations (seconds)
+
+    Per cell x̄ = Σx/n and s = sqrt(Σ(x - x̄)²/(n - 1)); Δ = x̄_point - x̄_baseline ± t_{0.975,ν}·se with
+    se and ν from `stats.welch_difference`.
+    """
+    groups = group_runs(runs)
+    if not groups:
+        raise ConfigError("no runs found to compare")
+    reference = choose_baseline(list(groups), baseline)
+    base_values = [DIFF_COLUMN.value(r) for r in groups[reference]]
+    rows = []
+    for label, members in groups.items():
+        values = {c.key: [c.value(r) for r in members] for c in columns}
+        final = [DIFF_COLUMN.value(r) for r in members]
+        difference = None if label == reference else welch_difference(final, base_values, CONFIDENCE)
+        rows.append(Row(label, tuple(members), values, {k: summarize(v) for k, v in values.items()}, difference))
+    return Table(columns, tuple(rows), reference)
+
+
+def _num(x: float) -> str:
+    return MISSING if math.isnan(x) else f"{x:.3g}"
+
+
+def _cell(summary: Summary, n_runs: int) -> str:
+    if summary.n == 0:
+        return MISSING
+    text = _num(summary.mean) if summary.n < 2 else f"{_num(summary.mean)} ± {_num(summary.std)}"
+    return text if summary.n == n_runs else f"{text} (n={summary.n})"
+
+
+def _difference_cell(difference: Difference | None) -> str:
+    if difference is None:
+        return "baseline"
+    if math.isnan(difference.delta):
+        return MISSING
+    if math.isnan(difference.low):
+        return f"{difference.delta:+.3g} (no interval: n < 2)"
+    return f"{difference.delta:+.3g} [{difference.low:+.3g}, {difference.high:+.3g}]"
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub table: one row per point, `mean ± std` per column (n shown where fewer runs had the metric)."""
+    head = ["point", "n"] + [c.title for c in table.columns]
+    head.append(f"Δ {DIFF_COLUMN.title} vs baseline [{CONFIDENCE:.0%} CI]")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in table.rows:
+        cells = [row.label.replace("|", "\\|"), str(len(row.runs))]
+        cells += [_cell(row.cells[c.key], len(row.runs)) for c in table.columns]
+        cells.append(_difference_cell(row.difference))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        f"mean ± sample std over seeds; baseline: {table.baseline}; Δ = mean difference with a Welch "
+        f"{CONFIDENCE:.0%} interval; {MISSING}: not logged"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(table: Table) -> str:
+    """One row per point: label, n_runs, seeds, `<column>_mean/_std/_n` and the difference to the baseline."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    header = ["point", "n_runs", "seeds"]
+    header += [f"{c.key}_{part}" for c in table.columns for part in ("mean", "std", "n")]
+    header += ["delta_val_success_final", "delta_low", "delta_high", "delta_df"]
+    writer.writerow(header)
+    for row in table.rows:
+        d = row.difference
+        record = [row.label, len(row.runs), " ".join(_seeds(row))]
+        record += [x for c in table.columns for x in (row.cells[c.key].mean, row.cells[c.key].std, row.cells[c.key].n)]
+        # the baseline row has no difference: empty fields, not a misleading 0 ± 0
+        record += ["", "", "", ""] if d is None else [d.delta, d.low, d.high, d.df]
+        writer.writerow(record)
+    return out.getvalue()
+
+
+def to_dict(table: Table) -> dict:
+    """Every number of the table, NaN and inf as None (JSON has neither): per point each column's mean, std,
+    n and per-run values (in run order, with the run ids), and the difference to the baseline."""
+    def clean(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    rows = []
+    for row in table.rows:
+        d = row.difference
+        rows.append({
+            "label": row.label,
+            "n_runs": len(row.runs),
+            "seeds": _seeds(row),
+            "run_ids": [r.run_id for r in row.runs],
+            "values": {
+                key: {"mean": clean(s.mean), "std": clean(s.std), "n": s.n, "runs": [clean(v) for v in row.values[key]]}
+                for key, s in row.cells.items()
+            },
+            "difference": None if d is None else {
+                "metric": DIFF_COLUMN.key, "delta": clean(d.delta), "low": clean(d.low), "high": clean(d.high),
+                "df": clean(d.df),
+            },
+        })
+    return {
+        "baseline": table.baseline,
+        "confidence": CONFIDENCE,
+        "columns": [c.__dict__ for c in table.columns],
+        "rows": rows,
+    }
+
+
+def _seeds(row: Row) -> list[str]:
+    return [r.seed for r in row.runs]
+
+
+def render(table: Table, fmt: str) -> str:
+    if fmt == "markdown":
+        return to_markdown(table)
+    if fmt == "csv":
+        return to_csv(table)
+    return json.dumps(to_dict(table), indent=2) + "\n"
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown --format '{fmt}': use one of {', '.join(FORMATS)}")
+
+
+def default_out(paths: Sequence[Path], tracking_uri: str | None) -> Path:
+    """`<first PATH>/compare` (beside a store file given as PATH), else beside a sqlite `--tracking-uri`'s
+    database, else `./compare`."""
+    if paths:
+        return (paths[0] if paths[0].is_dir() else paths[0].parent) / "compare"
+    folder = store_folder(tracking_uri) if tracking_uri else None
+    return (folder or Path.cwd()) / "compare"
+
+
+def run_compare(
+    targets: Sequence[str], tracking_uri: str | None = None, baseline: str | None = None, fmt: str = "markdown",
+    out: str | None = None, metrics: Sequence[str] | None = None,
+) -> int:
+    """Print the table of the runs under `targets` to stdout; write figures and the table into the output
+    folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
+
+    A target that exists is a folder (or store file) to search for `**/mlruns.db`; any other target picks
+    runs by id, run name or point among the loaded ones. No target: the current directory.
+    """
+    check_format(fmt)
+    paths = [Path(t) for t in targets if Path(t).exists()]
+    selectors = [t for t in targets if not Path(t).exists()]
+    if selectors and not paths and not tracking_uri:
+        raise ConfigError(f"'{selectors[0]}' is not a path (and no --tracking-uri to find it as a run id or name)")
+    if not targets and not tracking_uri:
+        paths = [Path.cwd()]
+    uris = find_stores(paths) + ([tracking_uri] if tracking_uri else [])
+    if not uris:
+        raise ConfigError(f"no MLflow store ({STORE_NAME}) under {', '.join(map(str, paths))}")
+    runs = label_runs(select_runs(load_runs(uris), selectors))
+    if not runs:
+        raise ConfigError(f"no runs found in {', '.join(uris)}")
+    table = build_table(runs, baseline, choose_columns(metrics, runs))
+    text = render(table, fmt)
+    sys.stdout.write(text)
+
+    folder = default_out(paths, tracking_uri) if out is None else Path(out)
+    files = write_figures(group_runs(runs), folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = [folder / f"compare.{FORMATS[fmt]}"]
+    tables[0].write_text(text)
+    if fmt != "json":  # every number, whatever was printed
+        tables.append(folder / "compare.json")
+        tables[1].write_text(render(table, "json"))
+    target = tracking_uri or uris[0]
+    run_id = log_comparison(target, files + tables, {
+        "baseline": table.baseline, "points": str(len(table.rows)), "runs": str(len(runs)),
+    })
+    print(f"figures and table: {folder} ({', '.join(p.name for p in files + tables)})", file=sys.stderr)
+    print(f"MLflow: {target} (run {run_id}, experiment 'compare')", file=sys.stderr)
+    return 0

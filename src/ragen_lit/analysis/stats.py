@@ -1,0 +1,77 @@
+"""Summary statistics over seeds, as pure functions of lists of floats.
+
+NaN entries (a run that did not log the metric) are dropped first, so `n` counts the runs that have a value.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from scipy.stats import t as student_t
+
+
+@dataclass(frozen=True)
+class Summary:
+    """mean, sample std (ddof=1; NaN when n < 2) and n of the finite values."""
+
+    mean: float
+    std: float
+    n: int
+
+
+@dataclass(frozen=True)
+class Difference:
+    """mean(a) - mean(b) with its Welch interval [low, high] at `confidence`; df = Welch–Satterthwaite."""
+
+    delta: float
+    low: float
+    high: float
+    df: float
+    confidence: float
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if not math.isnan(v)]
+
+
+def mean(values: Sequence[float]) -> float:
+    """x̄ = Σx / n; NaN when there is no value."""
+    xs = finite(values)
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def std(values: Sequence[float]) -> float:
+    """Sample standard deviation s = sqrt(Σ(x - x̄)² / (n - 1)); NaN when n < 2 (one seed has no spread)."""
+    xs = finite(values)
+    if len(xs) < 2:
+        return math.nan
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def summarize(values: Sequence[float]) -> Summary:
+    return Summary(mean(values), std(values), len(finite(values)))
+
+
+def welch_difference(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Difference:
+    """Difference of means d = x̄a - x̄b with Welch's interval d ± t_{(1+c)/2, ν} · se, where
+
+        se = sqrt(sa²/na + sb²/nb),
+        ν  = se⁴ / ((sa²/na)² / (na - 1) + (sb²/nb)² / (nb - 1))   (Welch–Satterthwaite).
+
+    Welch rather than Student because seeds of two grid points need not share a variance. With n < 2 on
+    either side there is no variance estimate, so the interval (and ν) is NaN. When both sides have zero
+    spread (se = 0) the interval collapses to [d, d] and ν is reported as inf.
+    """
+    sa, sb = summarize(a), summarize(b)
+    delta = sa.mean - sb.mean
+    if sa.n < 2 or sb.n < 2:
+        return Difference(delta, math.nan, math.nan, math.nan, confidence)
+    va, vb = sa.std**2 / sa.n, sb.std**2 / sb.n
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return Difference(delta, delta, delta, math.inf, confidence)
+    df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
+    half = float(student_t.ppf((1 + confidence) / 2, df)) * se
+    return Difference(delta, delta - half, delta + half, df, confidence)
