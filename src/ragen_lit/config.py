@@ -129,6 +129,7 @@ class LoggingConfig:
     run_name: str | None = _f(None, "MLflow run name; default <env>-<algo>-<filter>")
     output_dir: str = _f("runs", "checkpoints, rollouts and the MLflow store go under this folder")
     save_rollouts: bool = _f(False, "write every iteration's rollouts as JSONL (prompt, reasoning, group) for `diagnose`")
+    tags: dict = _f({}, "MLflow tags of the run (`sweep` sets sweep, point and seed)")
 
 
 @dataclass
