@@ -1,4 +1,4 @@
-"""`python -m ragen_lit <command>`: fit, diagnose, config, compare. User mistakes end with one clear line."""
+"""`python -m ragen_lit <command>`: fit, sweep, compare, diagnose, config. User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
@@ -130,6 +130,16 @@ def _config_command(args) -> int:
     return 0
 
 
+def _sweep_command(args) -> int:
+    from ragen_lit.analysis.sweep import run_sweep
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    return run_sweep(
+        args.config, list(args.overrides), seeds=args.seeds, parallel=args.parallel, threads=args.threads_per_run,
+        devices=devices, out=args.out, name=args.name, print_commands=args.print_commands,
+    )
+
+
 def _diagnose_command(args) -> int:
     from ragen_lit.diagnose import run_diagnose
 
@@ -169,6 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     p_cfg.add_argument("--header", help="first line of the YAML (the command that runs it)")
     p_cfg.add_argument("overrides", nargs="*")
     p_cfg.set_defaults(func=_config_command)
+    p_sweep = sub.add_parser("sweep", help="a grid of fits (Hydra's sweep grammar) x seeds, one process each")
+    p_sweep.add_argument("--config", help="YAML config every run starts from (see conf/)")
+    p_sweep.add_argument("--seeds", type=int, default=1, help="runs per grid point, trainer.seed = 0..N-1")
+    p_sweep.add_argument("--parallel", type=int, help="runs at a time (default: CPU cores / --threads-per-run)")
+    p_sweep.add_argument("--threads-per-run", type=int, default=1, help="CPU cores each run is pinned to")
+    p_sweep.add_argument("--devices", help="GPU ids, one run per GPU at a time, e.g. 0,1,2,3")
+    p_sweep.add_argument("--out", help="parent folder of the sweep (default: <logging.output_dir>/sweeps)")
+    p_sweep.add_argument("--name", help="sweep name (default: the config's name and a hash of the grid)")
+    p_sweep.add_argument("--print-commands", action="store_true",
+                         help="write every run's config and print one fit command per run (for a cluster launcher)")
+    p_sweep.add_argument("overrides", nargs="*", help="key=value, key=a,b,c, key=range(start,stop,step), key=choice(..)")
+    p_sweep.set_defaults(func=_sweep_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
     _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)

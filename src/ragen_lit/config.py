@@ -216,6 +216,8 @@ class LoggingConfig:
     """checkpoints, rollouts and the MLflow store go under this folder"""
     save_rollouts: bool = False
     """write every iteration's rollouts as JSONL (prompt, reasoning, group) for `diagnose`"""
+    tags: dict = field(default_factory=dict)
+    """MLflow tags of the run (`sweep` sets sweep, point and seed)"""
 
 
 @dataclass

@@ -73,6 +73,7 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
         run_name=default_run_name(cfg),
         tracking_uri=tracking_uri(cfg),
         run_id=info.get("mlflow_run_id"),
+        tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
     if not info.get("mlflow_run_id"):
         logger.log_hyperparams(flat_dict(cfg))

@@ -1,0 +1,254 @@
+"""`python -m ragen_lit sweep`: a grid of `fit` runs as separate processes, recorded as one experiment.
+
+The grid is written in Hydra's sweep grammar and parsed by Hydra's own override parser:
+`filter.strategy=none,top_p,top_k`, `filter.value=range(0.5,1.0,0.25)`, `env.options.p=choice(0.8,0.9)`;
+a plain `key=value` applies to every run. The runs are the Cartesian product of the sweep keys, times
+`trainer.seed` 0..N-1 with `--seeds N`.
+
+Every run is one `python -m ragen_lit fit --config <run>/config.yaml` process with its own folder
+`<sweep>/<point>-seed<k>/`, its own MLflow sqlite store there (many processes writing one sqlite file
+lock each other) and the MLflow tags `sweep`, `point` (the grid point as `key=value,...`, or `base`)
+and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved config of each run is
+written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
+files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
+
+Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
+the runs that finished (`sweep_done` marker), resumes those with a checkpoint (`trainer.resume=last`)
+and starts the rest afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from ragen_lit.config import load_config, render_yaml
+from ragen_lit.errors import ConfigError
+
+DONE_MARKER = "sweep_done"
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
+LOG_NAME = "sweep.log"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its grid point, seed, folder and the overrides that make its config."""
+
+    point: str
+    seed: int
+    folder: Path
+    overrides: tuple[str, ...]
+
+
+def expand_grid(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
+    """(fixed overrides, grid points): each grid point is the list of `key=value` strings of one
+    combination of the sweep overrides, in the order given (Hydra's override grammar and parser)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as error:
+        raise ConfigError(f"sweep grid: {str(error).splitlines()[0]}") from None
+    fixed, axes = [], []
+    for override, text in zip(parsed, overrides, strict=True):
+        if override.is_sweep_override():
+            key = override.key_or_group
+            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            fixed.append(text)
+    return fixed, [list(combination) for combination in itertools.product(*axes)]
+
+
+def point_label(point: list[str]) -> str:
+    """`key=value,...` of a grid point; `base` for the single point of a grid without sweep keys."""
+    return ",".join(point) if point else "base"
+
+
+def folder_name(point: list[str], seed: int) -> str:
+    slug = "_".join(item.replace("=", "-") for item in point) or "base"
+    return re.sub(r"[^A-Za-z0-9._-]", "", slug) + f"-seed{seed}"
+
+
+def sweep_name(config: str | None, overrides: list[str], seeds: int) -> str:
+    """The config's stem and a hash of the grid: the same command finds the same sweep folder again."""
+    stem = Path(config).stem if config else "defaults"
+    digest = hashlib.sha1("\n".join([*overrides, f"seeds={seeds}"]).encode()).hexdigest()[:8]
+    return f"{stem}-{digest}"
+
+
+def plan(config: str | None, overrides: list[str], seeds: int, root: Path, name: str) -> list[RunSpec]:
+    """Every run of the grid, its config validated now: a bad key or value stops the sweep before
+    any run starts, with the grid point it came from."""
+    if seeds < 1:
+        raise ConfigError(f"--seeds {seeds}: give at least 1")
+    if any(o.split("=", 1)[0] == "trainer.seed" for o in overrides):
+        raise ConfigError("trainer.seed: the sweep sets it (0..N-1 with --seeds N); drop it from the grid")
+    fixed, points = expand_grid(overrides)
+    runs = []
+    for point in points:
+        for seed in range(seeds):
+            run_overrides = (*fixed, *point, f"trainer.seed={seed}")
+            try:
+                load_config(config, run_overrides)
+            except ConfigError as error:
+                raise ConfigError(f"grid point {point_label(point)!r}: {error}") from None
+            runs.append(RunSpec(point_label(point), seed, root / name / folder_name(point, seed), run_overrides))
+    return runs
+
+
+def write_run_config(config: str | None, spec: RunSpec, sweep: str, threads: int) -> Path:
+    """`<run>/config.yaml`: the run's resolved config, with its output folder, tags and `threads` torch threads."""
+    cfg = load_config(config, spec.overrides)
+    tags = {**cfg.logging.tags, "sweep": sweep, "point": spec.point, "seed": str(spec.seed)}
+    cfg = dataclasses.replace(
+        cfg,
+        logging=dataclasses.replace(cfg.logging, output_dir=str(spec.folder), tags=tags),
+        # torch threads match the cores the run is pinned to: more would only contend for them
+        trainer=dataclasses.replace(cfg.trainer, threads=threads),
+    )
+    spec.folder.mkdir(parents=True, exist_ok=True)
+    path = spec.folder / "config.yaml"
+    path.write_text(render_yaml(cfg, f"# sweep {sweep}, point {spec.point}, seed {spec.seed}"))
+    return path
+
+
+def status(spec: RunSpec) -> str:
+    """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
+    if (spec.folder / DONE_MARKER).is_file():
+        return "done"
+    if any(spec.folder.glob("*/checkpoints/last.ckpt")):
+        return "resume"
+    return "new"
+
+
+def fit_command(spec: RunSpec, resume: bool) -> list[str]:
+    command = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(spec.folder / "config.yaml")]
+    return command + (["trainer.resume=last"] if resume else [])
+
+
+@dataclass
+class Slot:
+    """Where one run executes: a set of CPU cores, and a GPU or none."""
+
+    cores: tuple[int, ...]
+    gpu: str | None = None
+
+
+def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list[Slot]:
+    """One slot per concurrent run. With `devices`, one run per GPU, the cores split among them;
+    otherwise `parallel` runs (default: as many as the cores allow), each pinned to `threads` cores."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if devices:
+        share = max(len(cores) // len(devices), 1)
+        return [Slot(tuple(cores[i * share : (i + 1) * share]) or tuple(cores), gpu) for i, gpu in enumerate(devices)]
+    count = parallel or max(len(cores) // threads, 1)
+    return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
+
+
+def _child_setup(cores: tuple[int, ...]) -> None:
+    """In the run's process before it starts: pin it to its cores, and (Linux) have it killed when the
+    sweep dies, so that a restarted sweep never races a run left over from the killed one."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
+    resume = status(spec) == "resume"
+    if not resume and spec.folder.exists():  # an attempt that never reached a checkpoint: start clean
+        for child in spec.folder.iterdir():
+            if child.name != "config.yaml":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores))}
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    command = fit_command(spec, resume)
+    if slot.gpu is not None:
+        command += ["trainer.accelerator=gpu", "trainer.devices=1"]
+    log = open(spec.folder / LOG_NAME, "a")  # noqa: SIM115 - closed when the process ends (`run_all`)
+    # a killed attempt may have left a progress bar without its final newline
+    log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
+    log.flush()
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=partial(_child_setup, slot.cores)
+    )
+    process.log = log  # type: ignore[attr-defined]
+    return process
+
+
+def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
+    """Run every spec that is not done, at most one per slot at a time; returns counts per outcome."""
+    pending = [spec for spec in specs if status(spec) != "done"]
+    counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
+    free = list(pool)
+    running: dict[subprocess.Popen, tuple[RunSpec, Slot, float]] = {}
+    while pending or running:
+        while pending and free:
+            spec, slot = pending.pop(0), free.pop(0)
+            running[launch(spec, slot)] = (spec, slot, time.perf_counter())
+        time.sleep(0.5)
+        for process in [p for p in running if p.poll() is not None]:
+            spec, slot, started = running.pop(process)
+            process.log.close()
+            free.append(slot)
+            seconds = time.perf_counter() - started
+            if process.returncode == 0:
+                (spec.folder / DONE_MARKER).write_text(f"{seconds:.0f} s\n")
+                counts["finished"] += 1
+                say(f"done    {spec.point} seed {spec.seed} ({seconds:.0f} s)")
+            else:
+                counts["failed"] += 1
+                say(f"FAILED  {spec.point} seed {spec.seed} (exit {process.returncode}; see {spec.folder / LOG_NAME})")
+    return counts
+
+
+def run_sweep(
+    config: str | None,
+    overrides: list[str],
+    *,
+    seeds: int = 1,
+    parallel: int | None = None,
+    threads: int = 1,
+    devices: list[str] | None = None,
+    out: str | None = None,
+    name: str | None = None,
+    print_commands: bool = False,
+) -> int:
+    """Plan, write every run's config, then run them (or print their commands); 0 when all finished."""
+    if threads < 1:
+        raise ConfigError(f"--threads-per-run {threads}: give at least 1")
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: give at least 1")
+    root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
+    name = name or sweep_name(config, overrides, seeds)
+    specs = plan(config, overrides, seeds, root, name)
+    for spec in specs:
+        if status(spec) != "done":
+            write_run_config(config, spec, name, threads)
+    if print_commands:
+        for spec in specs:
+            print(" ".join(fit_command(spec, resume=False)))
+        return 0
+    pool = slots(parallel, threads, devices)
+    points = len({spec.point for spec in specs})
+    print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {len(pool)} at a time, "
+          f"in {root / name}")
+    counts = run_all(specs, pool)
+    print(f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
+          f"compare them with: python -m ragen_lit compare {root / name}")
+    return 1 if counts["failed"] else 0

@@ -1,0 +1,149 @@
+"""`python -m ragen_lit sweep`: the grid (Hydra's grammar), refusals before any run, and a real sweep of
+2 grid points x 2 seeds x 2 iterations of the tiny model: tags, skip of finished runs, resume after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from ragen_lit.analysis.sweep import DONE_MARKER, expand_grid, folder_name, plan, point_label, slots, sweep_name
+from ragen_lit.cli import main
+from ragen_lit.config import load_config
+from ragen_lit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = str(ROOT / "conf" / "frozenlake.yaml")
+SMALL = [
+    "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=32",
+    "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.num_samples=8",
+    "optim.num_minibatches=1", "optim.micro_batch_size=8", "trainer.iterations=2", "trainer.checkpoint_every=1",
+]
+
+
+def test_expand_grid_is_the_cartesian_product_of_hydra_sweeps():
+    fixed, points = expand_grid(["filter.strategy=none,top_p", "trainer.iterations=3", "filter.value=range(0.5,1.0,0.25)"])
+    assert fixed == ["trainer.iterations=3"]
+    assert points == [
+        ["filter.strategy=none", "filter.value=0.5"], ["filter.strategy=none", "filter.value=0.75"],
+        ["filter.strategy=top_p", "filter.value=0.5"], ["filter.strategy=top_p", "filter.value=0.75"],
+    ]
+    assert expand_grid(["env.options.p=choice(0.8,0.9)"])[1] == [["env.options.p=0.8"], ["env.options.p=0.9"]]
+    assert expand_grid(["trainer.iterations=3"]) == (["trainer.iterations=3"], [[]])
+
+
+def test_labels_and_folders_are_readable_and_safe():
+    point = ["filter.strategy=top_p", "env.options.p=0.9"]
+    assert point_label(point) == "filter.strategy=top_p,env.options.p=0.9"
+    assert point_label([]) == "base"
+    assert folder_name(point, 3) == "filter.strategy-top_p_env.options.p-0.9-seed3"
+    assert folder_name(["model.path=/a b/c"], 0) == "model.path-abc-seed0"
+    assert sweep_name("conf/frozenlake.yaml", ["a=1,2"], 4) == sweep_name("x/frozenlake.yml", ["a=1,2"], 4)
+    assert sweep_name("conf/frozenlake.yaml", ["a=1,2"], 4) != sweep_name("conf/frozenlake.yaml", ["a=1,2"], 5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "seeds", "message"),
+    [
+        (["filter.strategy=none,bogus"], 1, "grid point 'filter.strategy=bogus': filter.strategy='bogus' is not allowed"),
+        (["filter.nosuchkey=1,2"], 1, "grid point 'filter.nosuchkey=1': filter.nosuchkey: unknown key"),
+        (["nosection.x=1"], 1, "unknown section 'nosection'"),
+        (["filter.value=range(0.5"], 1, "sweep grid:"),
+        (["trainer.seed=0,1"], 1, "trainer.seed: the sweep sets it"),
+        ([], 0, "--seeds 0"),
+    ],
+)
+def test_a_bad_grid_is_refused_before_any_run(tmp_path, overrides, seeds, message):
+    with pytest.raises(ConfigError) as error:
+        plan(CONFIG, overrides, seeds, tmp_path, "s")
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_cli_refuses_a_bad_grid_with_one_line(tmp_path, capsys):
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "filter.strategy=none,nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "filter.strategy='nope' is not allowed" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_slots_pin_each_run_to_its_own_cores_or_gpu():
+    cores = sorted(os.sched_getaffinity(0))
+    pool = slots(None, 1, None)
+    assert len(pool) == len(cores) and [s.cores for s in pool] == [(c,) for c in cores]
+    assert [s.gpu for s in slots(None, 1, ["0", "1"])] == ["0", "1"]
+    assert len(slots(3, 1, None)) == 3
+
+
+def test_print_commands_writes_each_runs_config(tmp_path, capsys):
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--seeds", "2",
+                 "--print-commands", "filter.strategy=none,top_p", *SMALL]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert len(commands) == 4 and all(c.endswith("config.yaml") and " fit --config " in c for c in commands)
+    run = tmp_path / "s" / "filter.strategy-top_p-seed1"
+    cfg = load_config(str(run / "config.yaml"))
+    assert cfg.trainer.seed == 1 and cfg.filter.strategy == "top_p" and cfg.logging.output_dir == str(run)
+    assert cfg.logging.tags == {"sweep": "s", "point": "filter.strategy=top_p", "seed": "1"}
+    assert cfg.trainer.threads == 1 and cfg.trainer.iterations == 2
+
+
+def _sweep_command(out: Path, model_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "ragen_lit", "sweep", "--config", CONFIG, "--out", str(out), "--name", "s",
+        "--seeds", "2", "--parallel", "1", "filter.strategy=none,top_p", f"model.path={model_dir}", *SMALL,
+    ]
+
+
+def _runs(store: Path):
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    return mlflow.search_runs(experiment_names=["ragen_lit"])
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path, tiny_model_dir):
+    sweep = tmp_path / "s"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(_sweep_command(tmp_path, tiny_model_dir), env=env, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # kill the whole sweep once one run finished and the next one wrote a checkpoint
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        done = list(sweep.glob(f"*/{DONE_MARKER}"))
+        partial = [p for p in sweep.glob("*/*/checkpoints/last.ckpt") if not (p.parents[2] / DONE_MARKER).exists()]
+        if done and partial:
+            break
+        assert first.poll() is None, first.stdout.read()
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    finished_before = {p.parent.name for p in sweep.glob(f"*/{DONE_MARKER}")}
+    resumed = {p.parents[2].name for p in partial}
+
+    second = subprocess.run(_sweep_command(tmp_path, tiny_model_dir), env=env, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"{len(finished_before)} already done" in second.stdout
+    runs = sorted(p.name for p in sweep.iterdir())
+    assert runs == ["filter.strategy-none-seed0", "filter.strategy-none-seed1",
+                    "filter.strategy-top_p-seed0", "filter.strategy-top_p-seed1"]
+    for name in runs:
+        folder = sweep / name
+        assert (folder / DONE_MARKER).is_file()
+        log = (folder / "sweep.log").read_text()
+        commands = [line for line in log.splitlines() if line.startswith("$ ")]
+        if name in finished_before:
+            assert len(commands) == 1  # never started again
+        if name in resumed:
+            assert commands[-1].endswith("trainer.resume=last")
+        table = _runs(folder / "mlruns.db")
+        assert len(table) == 1, name  # a resumed run continues its MLflow run
+        row = table.iloc[0]
+        point, seed = name.rsplit("-seed", 1)
+        assert row["tags.sweep"] == "s" and row["tags.seed"] == seed
+        assert row["tags.point"] == point.replace("filter.strategy-", "filter.strategy=")
+        assert row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 2
