@@ -64,7 +64,7 @@ from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.training.module import AgentRLModule
-from ragen_lit.training.module import _micro_batches as micro_batches  # the update's own slicing (FLOPs count what it runs)
+from ragen_lit.training.batch import micro_batches  # the update's own slicing (FLOPs count what it runs)
 from ragen_lit.presets.tiny.build import TinyRecipe, tokenizer_corpus
 from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 
