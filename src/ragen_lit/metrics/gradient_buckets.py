@@ -3,7 +3,8 @@
 Groups are ranked by their reward-variance score and cut into `NUM_BUCKETS` buckets (`row_buckets`);
 on each bucket's rollouts the policy's gradient is computed twice, once for the task (policy-gradient)
 loss and once for the regulariser (entropy bonus + KL penalty), both via `algos.actor_loss`, and its
-norm is reported as `grad/task_norm/q{b}` and `grad/reg_norm/q{b}` (b = 1 for the lowest-variance bucket).
+norm is reported as `grad/task_norm/q{b}` and `grad/reg_norm/q{b}` (b = 1 is `rv_buckets`' bucket 0, the
+highest reward variance).
 No optimizer step is taken and the gradients are cleared after. The caller provides the model-side
 pieces (how a micro-batch is scored, how a bucket's rows become lock-step micro-batches), so this
 module needs no Lightning.
