@@ -18,7 +18,8 @@ def test_dummy_micro_batch_is_one_row_of_two_pad_tokens_the_second_scored():
     dummy = dummy_micro_batch(7, torch.device("cpu"))
     assert dummy["input_ids"].tolist() == [[7, 7]] and dummy["attention_mask"].tolist() == [[True, True]]
     assert dummy["loss_mask"].tolist() == [[False, True]]
-    assert all(dummy[k].tolist() == [[0.0, 0.0]] for k in ("old_logprobs", "ref_logprobs", "advantages", "values", "returns"))
+    prepared = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns")
+    assert all(dummy[k].tolist() == [[0.0, 0.0]] for k in prepared)
 
 
 def test_zero_loss_gives_an_exactly_zero_gradient():
