@@ -68,7 +68,7 @@ class AgentRLModule(L.LightningModule):
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
         self._step_stats: dict[str, list[float]] = defaultdict(list)
         self._configured = False  # `configure_model` ran (sharding and compilation happen once)
-        self._fsdp: list[ShardedModels] = []  # set by `configure_model` under FSDP (a list: not a submodule)
+        self._fsdp: ShardedModels | None = None  # set by `configure_model` under FSDP (a plain object: not a submodule)
         self._policy_version = 0  # optimizer steps of the policy: the inference replica follows it
 
     def _frozen_copy(self):
@@ -92,8 +92,8 @@ class AgentRLModule(L.LightningModule):
             return
         if self.device_mesh is not None:
             t = self.cfg.trainer
-            self._fsdp = [ShardedModels(self.policy, self.reference, self.critic, self.device_mesh["data_parallel"],
-                                        t.fsdp_param_dtype, t.fsdp_reduce_dtype)]
+            self._fsdp = ShardedModels(self.policy, self.reference, self.critic, self.device_mesh["data_parallel"],
+                                       t.fsdp_param_dtype, t.fsdp_reduce_dtype)
         if self.cfg.model.compile:
             compile_layers(self.policy)
             if self.critic is not None:
@@ -103,14 +103,14 @@ class AgentRLModule(L.LightningModule):
     @property
     def sharded(self) -> bool:
         """Whether FSDP shards the models: every forward/backward on them is then collective (lock-step)."""
-        return bool(self._fsdp)
+        return self._fsdp is not None
 
     def inference_policy(self) -> torch.nn.Module:
         """The model rollouts and diagnostics run on: the policy itself, or under FSDP the full replica,
         refreshed from the shards if the policy stepped since (`ShardedModels.inference_policy`)."""
         if not self.sharded:
             return self.policy
-        return self._fsdp[0].inference_policy(self.device, self._policy_version)
+        return self._fsdp.inference_policy(self.device, self._policy_version)
 
     def _micro_batches(self, batch: dict[str, torch.Tensor] | None) -> list[tuple[dict[str, torch.Tensor], bool]]:
         """`(micro-batch, is_real)` pairs over `batch` (None or zero rows: this rank has nothing), padded
@@ -155,7 +155,7 @@ class AgentRLModule(L.LightningModule):
             "temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"],
             "compile_head": self.cfg.model.compile,
         }
-        scorer = self._fsdp[0].scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
+        scorer = self._fsdp.scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)
         return token_logprobs(model, batch["input_ids"], batch["attention_mask"], **kwargs)
@@ -184,7 +184,7 @@ class AgentRLModule(L.LightningModule):
                     parts[k].append(v)
         self.policy.train(was_training)
         if self.sharded:
-            self._fsdp[0].reshard()
+            self._fsdp.reshard()
         if batch is None:
             return {}
         mask = batch["loss_mask"]
