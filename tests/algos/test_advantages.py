@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from ragen_lit.algos import (
     bilevel_gae,
     broadcast_to_tokens,
+    estimate_advantages,
     gae,
     group_normalized_advantages,
     rloo_advantages,
@@ -210,3 +211,41 @@ def test_scale_by_keep_rate():
         scale_by_keep_rate(adv, 0.25, "square")
     with pytest.raises(ValueError, match="keep_ratio"):
         scale_by_keep_rate(adv, 1.5, "linear")
+
+
+# ---------------------------------------------------------------- estimator choice
+
+
+def test_estimate_advantages_gae_family_by_hand():
+    rewards, values, mask = t([[0.0, 0.0, 1.0]]), t([[0.5, 0.2, 0.4]]), torch.ones(1, 3, dtype=torch.bool)
+    adv, ret = estimate_advantages("gae", mask, token_rewards=rewards, values=values, gamma=0.9, lam=0.5)
+    torch.testing.assert_close(adv, t([[-0.1265, 0.43, 0.6]]))  # as in test_gae_discounted_by_hand
+    torch.testing.assert_close(ret, t([[0.3735, 0.63, 1.0]]))
+    # whitening changes the advantages only: mean (−.1265 + .43 + .6)/3 = .30117, unbiased variance .144399
+    white, white_ret = estimate_advantages("gae", mask, token_rewards=rewards, values=values, gamma=0.9, lam=0.5,
+                                           whiten_advantages=True)
+    torch.testing.assert_close(white, (adv - 0.9035 / 3) / math.sqrt(0.288797 / 2 + 1e-8), atol=1e-5, rtol=0)
+    torch.testing.assert_close(white_ret, ret)
+    adv, ret = estimate_advantages("bilevel_gae", BILEVEL_MASK, token_rewards=BILEVEL_REWARDS, values=BILEVEL_VALUES,
+                                   turn_end_mask=BILEVEL_ENDS, high_level_gamma=0.5)
+    torch.testing.assert_close(adv, t([[0.4, 0.3, 0.2, 0.0, 0.6, 0.5]]))  # as in test_bilevel_gae_by_hand
+    torch.testing.assert_close(ret, t([[0.5, 0.5, 0.5, 0.0, 1.0, 1.0]]))
+
+
+@pytest.mark.parametrize(
+    "estimator, group_zero",  # the advantages of group 0 (scores 1 and 0); group 1's equal scores give 0
+    [("grpo", 0.5 / (math.sqrt(0.5) + 1e-6)), ("drgrpo", 0.5), ("rloo", 1.0)],
+)
+def test_estimate_advantages_group_estimators_broadcast_to_tokens(estimator, group_zero):
+    scores, groups = t([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[True, True, False], [False, True, False], [True, False, False], [True, True, True]])
+    # whitening belongs to the GAE family: it must not touch group advantages
+    adv, ret = estimate_advantages(estimator, mask, scores=scores, group_ids=groups, whiten_advantages=True)
+    a = group_zero
+    torch.testing.assert_close(adv, t([[a, a, 0.0], [0.0, -a, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert ret is None
+
+
+def test_estimate_advantages_rejects_unknown_estimator():
+    with pytest.raises(ValueError, match="algo.advantage must be one of"):
+        estimate_advantages("ppo", torch.ones(1, 2, dtype=torch.bool), scores=t([1.0]), group_ids=torch.tensor([0]))

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragen_lit.algos import LOSS_AGG_MODES, aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_lit.algos import LOSS_AGG_MODES, actor_loss, aggregate_loss, kl_penalty, policy_loss, value_loss
 
 F64 = torch.float64
 
@@ -195,3 +195,65 @@ def test_k2_k3_are_non_negative_and_vanish_at_equality(pairs):
     assert (kl_penalty(logprobs, ref, "k2") >= 0).all()
     assert (kl_penalty(logprobs, ref, "k3") >= -1e-12).all()
     assert kl_penalty(logprobs, logprobs, "k3").abs().max() == 0
+
+
+# ---------------------------------------------------------------- actor loss
+
+# two tokens, ratio 1 (logprobs = old), A = (2, 1); entropy (.5, 1.5); log π − log π_ref = (.2, .4), k1 KL
+ACTOR = {
+    "logprobs": t([[-1.0, -2.0]], requires_grad=True),
+    "mask": torch.tensor([[True, True]]),
+    "old_logprobs": t([[-1.0, -2.0]]),
+    "advantages": t([[2.0, 1.0]]),
+    "entropy": t([[0.5, 1.5]], requires_grad=True),
+    "ref_logprobs": t([[-1.2, -2.4]]),
+}
+ACTOR_SETTINGS = {"entropy_coef": 0.1, "kl_coef": 0.5, "kl_estimator": "k1", "loss_agg": "token-mean"}
+
+
+def _actor(**drop):
+    inputs = {k: v for k, v in ACTOR.items() if k not in drop}
+    settings = {**ACTOR_SETTINGS, **drop.get("settings", {})}
+    return actor_loss(inputs.pop("logprobs"), inputs.pop("mask"), **inputs, **settings)
+
+
+def test_actor_loss_by_hand():
+    # L_pg = mean(−2, −1) = −1.5 ; −.1 · mean(.5, 1.5) = −.1 ; +.5 · mean(.2, .4) = .15
+    loss, stats = _actor()
+    assert loss.item() == pytest.approx(-1.45)
+    assert stats["pg_loss"].item() == pytest.approx(-1.5) and stats["kl"].item() == pytest.approx(0.3)
+    assert stats["ratio_mean"].item() == 1.0 and stats["clipfrac"].item() == 0.0
+    assert not stats["pg_loss"].requires_grad and not stats["kl"].requires_grad
+    loss.backward()
+    # d/d log π: −A/2 from L_pg, +.5/2 from k1 KL ; d/dH: −.1/2
+    torch.testing.assert_close(ACTOR["logprobs"].grad, t([[-0.75, -0.25]]))
+    torch.testing.assert_close(ACTOR["entropy"].grad, t([[-0.05, -0.05]]))
+    ACTOR["logprobs"].grad = ACTOR["entropy"].grad = None
+
+
+def test_actor_loss_composes_the_terms_exactly_as_written_out():
+    """Bit for bit what the update wrote out before `actor_loss` existed: L_pg − c_H·agg(H) + c_KL·agg(KL)."""
+    m, lp = ACTOR["mask"], ACTOR["logprobs"]
+    pg = policy_loss(lp, ACTOR["old_logprobs"], ACTOR["advantages"], m, loss_agg="token-mean")[0]
+    written = pg - 0.1 * aggregate_loss(ACTOR["entropy"], m, "token-mean")
+    written = written + 0.5 * aggregate_loss(kl_penalty(lp, ACTOR["ref_logprobs"], "k1"), m, "token-mean")
+    assert torch.equal(_actor()[0], written)
+
+
+def test_actor_loss_task_and_regulariser_parts():
+    # the task part alone is the policy-gradient loss; the regulariser alone is −.1 + .15 = .05
+    task, stats = _actor(entropy=None, settings={"kl_coef": 0.0})
+    pg = policy_loss(ACTOR["logprobs"], ACTOR["old_logprobs"], ACTOR["advantages"], ACTOR["mask"])[0]
+    assert torch.equal(task, pg)
+    assert "kl" not in stats
+    regulariser, stats = _actor(advantages=None, old_logprobs=None)
+    assert regulariser.item() == pytest.approx(0.05) and set(stats) == {"kl"}
+    entropy_only, stats = _actor(advantages=None, settings={"kl_coef": 0.0, "entropy_coef": 0.0})
+    assert entropy_only.item() == 0.0 and entropy_only.requires_grad and stats == {}  # still a graph to backpropagate
+
+
+def test_actor_loss_errors():
+    with pytest.raises(ValueError, match="needs ref_logprobs"):
+        _actor(ref_logprobs=None)
+    with pytest.raises(ValueError, match="no term"):
+        _actor(advantages=None, entropy=None, settings={"kl_coef": 0.0})

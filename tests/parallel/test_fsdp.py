@@ -71,9 +71,9 @@ def _to(batch: dict[str, torch.Tensor] | None, device) -> dict[str, torch.Tensor
 
 def _reference(cfg, device: torch.device) -> dict:
     """Everything the single process computes on all rows."""
-    from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.module import AgentRLModule, attach_fabric
 
-    module = AgentRLModule(cfg).to(device)
+    module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
     module.on_fit_start()  # the frozen reference follows the module's device
     raw = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
     prepared = {k: v.clone() for k, v in raw.items()}
@@ -90,7 +90,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.module import AgentRLModule, attach_fabric
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -107,7 +107,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
             module = AgentRLModule(_cfg(model_dir, "trainer.strategy=fsdp"))
             module._device_mesh = mesh
             module.configure_model()
-            module.to(device)
+            attach_fabric(module.to(device))
             module.on_fit_start()
             rows = rows_of_rank[rank]
             # prepare_batch: per-row quantities equal the single process's; a rank without rows joins

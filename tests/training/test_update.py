@@ -10,7 +10,7 @@ from ragen_lit.training.batch import collate
 from ragen_lit.config import load_config
 from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.training.module import AgentRLModule
+from ragen_lit.training.module import AgentRLModule, attach_fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def _module_and_batch(tiny_model_dir, tmp_path):
         "rollout.max_turns=3", "rollout.max_new_tokens=32", f"logging.output_dir={tmp_path}", "trainer.threads=1",
     ])
     torch.manual_seed(0)
-    module = AgentRLModule(cfg)
+    module = attach_fabric(AgentRLModule(cfg))  # `update` without a Trainer
     data = RolloutDataModule(cfg)
     seeds, groups = data.train_seeds(0)
     batch = collate(data.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=0), module.pad_token_id)

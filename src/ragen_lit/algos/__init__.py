@@ -3,13 +3,22 @@ from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
     bilevel_gae,
     broadcast_to_tokens,
+    estimate_advantages,
     gae,
     group_normalized_advantages,
     rloo_advantages,
     scale_by_keep_rate,
     whiten,
 )
-from ragen_lit.algos.losses import KL_ESTIMATORS, LOSS_AGG_MODES, aggregate_loss, kl_penalty, policy_loss, value_loss
+from ragen_lit.algos.losses import (
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    actor_loss,
+    aggregate_loss,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+)
 from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
 
 __all__ = [
@@ -18,9 +27,11 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PRESETS",
+    "actor_loss",
     "aggregate_loss",
     "bilevel_gae",
     "broadcast_to_tokens",
+    "estimate_advantages",
     "gae",
     "group_normalized_advantages",
     "kl_penalty",

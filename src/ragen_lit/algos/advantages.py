@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from ragen_lit.algos.presets import uses_critic
+
 KEEP_RATE_SCALINGS = ("none", "linear", "sqrt")
 
 
@@ -229,3 +231,45 @@ def scale_by_keep_rate(advantages: torch.Tensor, keep_ratio: float, mode: str) -
     if mode == "sqrt":
         return advantages * math.sqrt(keep_ratio)
     return advantages
+
+
+def estimate_advantages(
+    estimator: str,
+    mask: torch.Tensor,
+    *,
+    token_rewards: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+    turn_end_mask: torch.Tensor | None = None,
+    scores: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    high_level_gamma: float = 0.95,
+    whiten_advantages: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Token advantages of the estimator `algo.advantage` names (spec §5), in one place for every caller.
+
+    - `gae`: `gae(token_rewards, values, mask, γ, λ)`; `bilevel_gae`: `bilevel_gae(…, turn_end_mask, …, γ_h)`;
+      both then `whiten`ed when `whiten_advantages`, and both return their returns R_t (the critic's targets).
+    - `grpo` (std-normalised), `drgrpo` (mean-centred only), `rloo` (leave-one-out baseline): one advantage per
+      trajectory from `scores` within its `group_ids` group, broadcast to its valid tokens; no returns (no critic).
+    Keep-rate scaling (`scale_by_keep_rate`) is a separate step.
+
+    mask, turn_end_mask: [B, T] bool; token_rewards, values: [B, T] float; scores: [B] float; group_ids: [B] int
+    -> (advantages [B, T], returns [B, T] or None).
+    """
+    if uses_critic(estimator):  # also rejects an unknown name
+        if estimator == "gae":
+            advantages, returns = gae(token_rewards, values, mask, gamma=gamma, lam=lam)
+        else:
+            advantages, returns = bilevel_gae(
+                token_rewards, values, mask, turn_end_mask, gamma=gamma, lam=lam, high_level_gamma=high_level_gamma
+            )
+        if whiten_advantages:
+            advantages = whiten(advantages, mask)
+        return advantages, returns
+    if estimator == "rloo":
+        seq_advantages = rloo_advantages(scores, group_ids)
+    else:
+        seq_advantages = group_normalized_advantages(scores, group_ids, std_normalize=estimator == "grpo")
+    return broadcast_to_tokens(seq_advantages, mask), None

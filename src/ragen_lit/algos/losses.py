@@ -134,6 +134,58 @@ def policy_loss(
     return loss, stats
 
 
+def actor_loss(
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    old_logprobs: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dual_clip: float | None = 3.0,
+    entropy_coef: float = 0.0,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    loss_agg: str = "token-mean",
+    **agg_kwargs,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The actor's loss (spec §5): L = L_pg − c_H·agg(H) + c_KL·agg(KL(π_θ ‖ π_ref)), c_H = `entropy_coef`,
+    c_KL = `kl_coef`, every term aggregated by `aggregate_loss(·, mask, loss_agg, **agg_kwargs)`.
+
+    Each term is present when its inputs are: L_pg (`policy_loss`) when `advantages` (and `old_logprobs`) are
+    given, the entropy bonus when `entropy` is, the KL penalty (`kl_penalty` with `kl_estimator`) when
+    `kl_coef` > 0 (then `ref_logprobs` is needed). The update passes all three; the paper's Fig. 3 analysis
+    takes the task part (L_pg alone) and the regulariser (no `advantages`) apart.
+
+    Stats (detached): `policy_loss`'s, plus `pg_loss` (L_pg) with the task term and `kl` (agg(KL)) with the
+    penalty.
+
+    logprobs (with grad), old_logprobs, advantages, entropy, ref_logprobs: [B, T] float; mask: [B, T] bool
+    -> (0-dim loss, stats).
+    """
+    loss, stats = None, {}
+    if advantages is not None:
+        loss, stats = policy_loss(
+            logprobs, old_logprobs, advantages, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+            loss_agg=loss_agg, **agg_kwargs,
+        )
+        stats["pg_loss"] = loss.detach()
+    if entropy is not None:
+        bonus = aggregate_loss(entropy, mask, loss_agg, **agg_kwargs)
+        loss = -entropy_coef * bonus if loss is None else loss - entropy_coef * bonus
+    if kl_coef > 0:
+        if ref_logprobs is None:
+            raise ValueError("actor_loss: kl_coef > 0 needs ref_logprobs")
+        kl = aggregate_loss(kl_penalty(logprobs, ref_logprobs, kl_estimator), mask, loss_agg, **agg_kwargs)
+        stats["kl"] = kl.detach()
+        loss = kl_coef * kl if loss is None else loss + kl_coef * kl
+    if loss is None:
+        raise ValueError("actor_loss: no term to compute (give advantages, entropy, or kl_coef > 0)")
+    return loss, stats
+
+
 def value_loss(
     values: torch.Tensor,
     old_values: torch.Tensor,

@@ -20,7 +20,7 @@ import torch
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.training.data import RolloutDataModule, plan_minibatches
-from ragen_lit.training.module import AgentRLModule
+from ragen_lit.training.module import AgentRLModule, attach_fabric
 
 
 def timed_update(module: AgentRLModule, trajectories, keep_rows, cfg, repeats: int) -> tuple[float, int, int]:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
-    module = AgentRLModule(cfg)
+    module = attach_fabric(AgentRLModule(cfg))  # `update` without a Trainer
     data = RolloutDataModule(cfg)
     seeds, groups = data.train_seeds(0)
     t0 = time.perf_counter()

@@ -14,9 +14,11 @@ from ragen_lit.bench.common import Clock
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs
-from ragen_lit.training.batch import collate
+from ragen_lit.training.batch import (
+    collate,
+    micro_batches,  # the update's own slicing, rows and all
+)
 from ragen_lit.training.module import AgentRLModule
-from ragen_lit.training.module import _micro_batches as micro_batches  # the update's own slicing, rows and all
 
 
 def rollout_params(module: AgentRLModule, seed: int) -> SamplingParams:

@@ -39,7 +39,7 @@ from ragen_lit.bench.random_model import write_random_model
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import select_rows
 from ragen_lit.training.data import plan_minibatches
-from ragen_lit.training.module import AgentRLModule
+from ragen_lit.training.module import AgentRLModule, attach_fabric
 
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton kernels
@@ -130,7 +130,7 @@ def run_variant(args) -> dict:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
-    module = AgentRLModule(cfg).to(device)
+    module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
     module.configure_model()
     config = module.policy.config
     batch = synthetic_batch(args.rows, args.length, args.turns, args.response, min(config.vocab_size, 32768), seed=0)

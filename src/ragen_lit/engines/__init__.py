@@ -1,31 +1,35 @@
 """Rollout engines behind one protocol (`base.Engine`): transformers (`hf`) or vLLM (`vllm`)."""
 from __future__ import annotations
 
+from torch import nn
+
 from ragen_lit.engines.base import ENGINES, HF_CACHE_MODES, Engine, Generation, SamplingParams
 
 __all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams", "build_engine"]
 
 
-def build_engine(cfg, module) -> Engine:
-    """The engine `rollout.engine` names, bound to `module`'s policy."""
-    if cfg.rollout.engine == "hf":
+def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, pad_token_id: int, seed: int) -> Engine:
+    """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config):
+    transformers generating with `policy` itself, or vLLM loading the weights at `model_path` in
+    `model_cfg.dtype` (the trainer syncs the policy into it before every rollout)."""
+    if rollout_cfg.engine == "hf":
         from ragen_lit.engines.hf import HFEngine
 
         return HFEngine(
-            module.inference_policy(),
-            pad_token_id=module.pad_token_id,
-            max_batch_size=cfg.rollout.max_batch_size,
-            cache=cfg.rollout.hf_cache,
+            policy,
+            pad_token_id=pad_token_id,
+            max_batch_size=rollout_cfg.max_batch_size,
+            cache=rollout_cfg.hf_cache,
         )
-    if cfg.rollout.engine == "vllm":
+    if rollout_cfg.engine == "vllm":
         from ragen_lit.engines.vllm import VLLMEngine
 
         return VLLMEngine(
-            module.model_path,
-            gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
-            enable_sleep_mode=cfg.rollout.sleep_mode,
-            dtype=cfg.model.dtype,
-            max_model_len=cfg.rollout.max_context_tokens,
-            seed=cfg.trainer.seed,
+            model_path,
+            gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
+            enable_sleep_mode=rollout_cfg.sleep_mode,
+            dtype=model_cfg.dtype,
+            max_model_len=rollout_cfg.max_context_tokens,
+            seed=seed,
         )
-    raise ValueError(f"rollout.engine={cfg.rollout.engine!r}; allowed: {', '.join(ENGINES)}")
+    raise ValueError(f"rollout.engine={rollout_cfg.engine!r}; allowed: {', '.join(ENGINES)}")

@@ -12,7 +12,7 @@ data-parallel mesh over all ranks (no tensor parallelism). `AgentRLModule.config
 policy, the critic and the frozen reference with FSDP2 on that mesh (`ragen_lit.parallel.fsdp`): the
 reduce-scatter sums gradients (divide factor 1), so the same globally normalised losses give the same
 update as DDP. Every sharded forward/backward is a collective; the module pads every rank's
-micro-batch count to the maximum over ranks (`AgentRLModule._lockstep_micro_batches`). Checkpoints
+micro-batch count to the maximum over ranks (`ragen_lit.parallel.lockstep`). Checkpoints
 are distributed-checkpoint folders (`last.ckpt/` holding one shard file per rank plus `meta.pt`).
 """
 from __future__ import annotations

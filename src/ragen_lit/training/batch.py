@@ -53,3 +53,31 @@ def select_rows(batch: dict[str, torch.Tensor], rows: torch.Tensor | Sequence[in
             if v.dim() == 2:
                 out[k] = v[:, :length]
     return out
+
+
+def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Row indices sorted by sequence length, longest first (stable: ties keep their order)."""
+    return torch.argsort(batch["attention_mask"].sum(-1), descending=True, stable=True)
+
+
+def micro_batches(batch: dict[str, torch.Tensor], size: int):
+    """Micro-batches of `size` rows taken in `length_order`, each cut to its longest row: rows of
+    similar length share a micro-batch, so little compute goes to padding. Losses are normalised by
+    the mini-batch totals, so how rows are grouped does not change the update."""
+    order = length_order(batch)
+    lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
+    for start in range(0, len(order), size):
+        rows = order[start:start + size]
+        part = {k: v[rows] for k, v in batch.items()}
+        length = int(lengths[start])  # longest first: the slice's first row is its longest
+        yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}
+
+
+def merge_micro_batches(parts: Sequence[torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The inverse of `micro_batches(batch, ·)` for one per-token output: every micro-batch's rows padded
+    back to the batch's width and put back in the batch's row order.
+
+    parts: [b_i, t_i] per micro-batch, in `micro_batches` order -> [B, T]."""
+    width = batch["input_ids"].shape[1]
+    rows = torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
+    return torch.empty_like(rows).index_copy_(0, length_order(batch), rows)

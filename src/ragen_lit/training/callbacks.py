@@ -19,10 +19,12 @@ def _log(trainer, metrics: dict[str, float], step: int) -> None:
 
 class IterationLogger(L.Callback):
     """At the end of every iteration: rollout, filter, diagnostics, update and timing metrics, logged
-    with the iteration as step; also enforces `filter.empty_stop_steps`."""
+    with the iteration as step; also enforces `filter.empty_stop_steps`, counting the iterations in a row
+    whose filter kept nothing in `empty_streak` (checkpointed with this callback, so resume continues it)."""
 
     def __init__(self):
         self.history: list[dict[str, float]] = []
+        self.empty_streak = 0
         self._started = 0.0
 
     def on_train_epoch_start(self, trainer, module):
@@ -41,14 +43,25 @@ class IterationLogger(L.Callback):
         self.history.append({"iteration": iteration, **metrics})
         _log(trainer, metrics, step=iteration)
         if metrics.get("filter/empty", 0.0) >= 1.0:
-            module.empty_streak += 1
+            self.empty_streak += 1
             limit = module.cfg.filter.empty_stop_steps
-            if module.empty_streak >= limit:
+            if self.empty_streak >= limit:
                 trainer.should_stop = True
                 if trainer.is_global_zero:
                     print(f"\nstopping: the filter kept no rollouts for {limit} iterations in a row (filter.empty_stop_steps)")
         else:
-            module.empty_streak = 0
+            self.empty_streak = 0
+
+    def state_dict(self):
+        return {"empty_streak": self.empty_streak}
+
+    def load_state_dict(self, state_dict):
+        self.empty_streak = int(state_dict.get("empty_streak", 0))
+
+    def on_load_checkpoint(self, trainer, module, checkpoint):
+        # checkpoints written before the streak moved here kept it beside the module's state
+        # (`load_state_dict` runs after this hook and wins for newer ones)
+        self.empty_streak = int(checkpoint.get("ragen_lit", {}).get("empty_streak", self.empty_streak))
 
 
 class ValidationRollouts(L.Callback):

@@ -4,6 +4,7 @@ the mini-batches `AgentRLModule.training_step` consumes.
 Per iteration (ARCHITECTURE.md): sync engine → reset envs with fresh seeds → multi-turn rollout →
 collapse diagnostics (every n iterations, before filtering) → reward-variance filter (one global keep
 mask) → old/ref log-probs, values and advantages on the kept rollouts → mini-batches.
+The data module reaches the LightningModule only through `RolloutModule` (below).
 """
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ import math
 import time
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from ragen_lit.parallel import collectives as dist_utils
+from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
-from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.config import Config
+from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
-from ragen_lit.filtering import filter_stats, reward_variance_scores, rv_buckets, select_groups, select_trajectories
+from ragen_lit.filtering import filter_stats, select_groups, select_trajectories
+from ragen_lit.parallel import collectives as dist_utils
+from ragen_lit.training.batch import collate, select_rows
 
 
 def episode_limits(cfg: Config) -> EpisodeLimits:
@@ -52,7 +56,33 @@ def plan_minibatches(num_kept: int, num_total: int, num_minibatches: int, mode: 
     return plan
 
 
+class RolloutModule(Protocol):
+    """What `RolloutDataModule` uses of `trainer.lightning_module` (`AgentRLModule` provides it), and nothing
+    else: the data module reads no other member and changes none."""
+
+    chat: ChatFormat  # prompt formatting and the tokenizer (rollouts, saved rollouts)
+    pad_token_id: int  # pads collated batches and the transformers engine's prompts
+    model_path: str  # the weights a vLLM engine loads
+
+    def inference_policy(self) -> torch.nn.Module:
+        """The model rollouts run on (the engine is built on it and synced from it)."""
+
+    def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
+        """Collapse metrics of this iteration's rollouts, before filtering ({} when not due)."""
+
+    def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
+        """Paper Fig. 3 gradient norms of this iteration's rollouts, before filtering ({} when off or not due)."""
+
+    def prepare_batch(self, batch: dict[str, torch.Tensor] | None, keep_ratio: float) -> dict[str, float]:
+        """Adds old/ref log-probs, values, returns and advantages to the kept rows' `batch` (in place);
+        None: this rank kept nothing but joins the other ranks' collective forwards, if any."""
+
+
 class RolloutDataModule(L.LightningDataModule):
+    """Rollouts → mini-batches, one iteration per epoch. Talks to the LightningModule through
+    `RolloutModule` only: `self.trainer.lightning_module` in `train_dataloader`, the `module` argument of
+    `run_rollouts` (also used by the validation callback, and by benchmarks without a Trainer)."""
+
     def __init__(self, cfg: Config, run_dir: Path | None = None):
         super().__init__()
         self.cfg = cfg
@@ -76,22 +106,18 @@ class RolloutDataModule(L.LightningDataModule):
         return seeds, groups
 
     # -- one iteration ------------------------------------------------------------------------
-    def _engine(self, module):
+    def run_rollouts(self, module: RolloutModule, seeds, groups, temperature: float, seed: int):
+        policy = module.inference_policy()  # under FSDP a full replica, never the sharded policy
         if self.engine is None:
-            from ragen_lit.engines import build_engine
-
-            self.engine = build_engine(self.cfg, module)
-        return self.engine
-
-    def run_rollouts(self, module, seeds, groups, temperature: float, seed: int):
-        engine = self._engine(module)
-        engine.sync(module.inference_policy())  # under FSDP a full replica, never the sharded policy
+            self.engine = build_engine(self.cfg.rollout, self.cfg.model, policy=policy, model_path=module.model_path,
+                                       pad_token_id=module.pad_token_id, seed=self.cfg.trainer.seed)
+        self.engine.sync(policy)
         r = self.cfg.rollout
         sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed)
-        return rollout(engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
+        return rollout(self.engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
 
     def train_dataloader(self):
-        module = self.trainer.lightning_module
+        module: RolloutModule = self.trainer.lightning_module
         cfg = self.cfg
         iteration = self.trainer.current_epoch
         timings = {}
@@ -107,8 +133,7 @@ class RolloutDataModule(L.LightningDataModule):
         if cfg.logging.save_rollouts and self.run_dir is not None:
             save_rollouts(self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer)
 
-        if cfg.diagnostics.gradient_buckets and module.collapse.due(iteration):
-            metrics.update(self.gradient_buckets(module, trajectories))
+        metrics.update(module.gradient_buckets(trajectories, iteration))
         keep_rows, filter_metrics = self.select(trajectories)
         metrics.update(filter_metrics)
         kept = [trajectories[i] for i in keep_rows]
@@ -121,7 +146,7 @@ class RolloutDataModule(L.LightningDataModule):
             timings["time/prepare_s"] = time.perf_counter() - t2
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
             plan = plan_minibatches(len(kept), len(trajectories), cfg.optim.num_minibatches, cfg.filter.minibatch, cfg.algo.ppo_epochs, generator)
-        elif module.sharded:  # FSDP: this rank kept nothing but must join the other ranks' sharded forwards
+        else:  # this rank kept nothing but joins the other ranks' sharded forwards under FSDP (else a no-op)
             module.prepare_batch(None, keep_ratio=metrics["filter/kept_ratio"])
         metrics.update(timings)
         self.iteration_metrics = metrics
@@ -131,15 +156,6 @@ class RolloutDataModule(L.LightningDataModule):
         steps = max(dist_utils.max_over_ranks(len(minibatches)), 1)
         minibatches += [{"empty": torch.tensor(True)}] * (steps - len(minibatches))
         return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
-
-    def gradient_buckets(self, module, trajectories, num_buckets: int = 6) -> dict[str, float]:
-        """Task vs regulariser gradient norms per RV bucket over *all* groups (before filtering)."""
-        K = self.cfg.rollout.group_size
-        rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
-        group_bucket = rv_buckets(reward_variance_scores(rewards, self.cfg.filter.score), min(num_buckets, rewards.shape[0]))
-        batch = collate(trajectories, module.pad_token_id, turn_level_rewards=self.cfg.algo.turn_level_rewards)
-        module.prepare_batch(batch, keep_ratio=1.0)
-        return module.gradient_bucket_norms(batch, group_bucket.repeat_interleave(K), num_buckets)
 
     def select(self, trajectories) -> tuple[list[int], dict[str, float]]:
         """The reward-variance filter on all ranks' groups at once; returns this rank's kept rows."""
