@@ -12,8 +12,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 
-# The floors, bottom up. `parallel.collectives` is torch.distributed only, so the floors below
-# `parallel` may use it.
+# The floors, bottom up. `parallel.collectives`, `.lockstep` and `.fsdp` are torch.distributed only, so the
+# floors below the Lightning strategies may use them.
 BOTTOM = {"errors", "typed_fields", "algos", "filtering", "logprobs", "envs", "parallel.collectives", "figures"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
@@ -21,36 +21,48 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"errors", "logprobs"},
     "engines": {"errors", "models", "parallel.collectives"},
     "agent": {"envs", "engines"},
-    "metrics": {"errors", "logprobs", "models", "algos", "filtering", "parallel.collectives"},
+    "metrics": {
+        "errors", "logprobs", "models", "algos", "filtering", "parallel.collectives", "parallel.lockstep",
+        "parallel.fsdp",
+    },
     "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
-    "parallel": {"parallel.collectives", "errors", "logprobs", "models"},
+    "parallel.lockstep": {"parallel.collectives"},
+    "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
+    "parallel.sharded": {"parallel.fsdp", "parallel.collectives"},
+    "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
+    "parallel": set(),
     "training": {
         "figures", "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
-        "metrics", "parallel", "parallel.collectives", "config",
+        "metrics", "parallel", "parallel.collectives", "parallel.lockstep", "parallel.fsdp", "parallel.sharded", "parallel.strategy", "config",
     },
     "diagnose": {
         "errors", "typed_fields", "config", "metrics", "models", "presets", "logprobs", "parallel.collectives",
     },
     "analysis": {"errors", "figures", "config"},
-    "cli": {"errors", "typed_fields", "config", "training", "parallel", "diagnose", "envs", "presets", "analysis"},
+    "cli": {
+        "errors", "typed_fields", "config", "training", "parallel", "parallel.collectives", "parallel.lockstep", "parallel.fsdp", "parallel.sharded", "parallel.strategy", "diagnose", "envs", "presets",
+        "analysis",
+    },
     "bench": {
         "errors", "algos", "filtering", "logprobs", "envs", "agent", "engines", "models", "presets",
-        "metrics", "parallel", "parallel.collectives", "config", "training", "diagnose", "cli", "typed_fields",
+        "metrics", "parallel", "parallel.collectives", "parallel.lockstep", "parallel.fsdp", "parallel.sharded", "parallel.strategy", "config", "training", "diagnose", "cli",
+        "typed_fields",
     },
     "__main__": {"cli"},
     "__init__": {"envs"},
 }
-LIGHTNING_ROOMS = {"training", "parallel", "cli", "bench"}
+LIGHTNING_ROOMS = {"training", "parallel.strategy", "parallel.sharded", "cli", "bench"}
 
 
 def room_of(module: str) -> str:
-    """`ragen_lit.parallel.fsdp` → `parallel`; `ragen_lit.parallel.collectives` is a room of its own."""
+    """`ragen_lit.algos.losses` → `algos`; every module of `parallel/` is a room of its own, since its
+    torch.distributed helpers sit low and its Lightning strategies high."""
     parts = module.split(".")[1:]
     if not parts:
         return "__init__"
-    if parts[:2] == ["parallel", "collectives"]:
-        return "parallel.collectives"
+    if parts[0] == "parallel" and len(parts) > 1:
+        return f"parallel.{parts[1]}"
     return parts[0]
 
 
