@@ -65,9 +65,41 @@ def checkpoint_mtime(path: Path) -> float:
     return path.stat().st_mtime
 
 
+def artifact_location(cfg: Config) -> str | None:
+    """Where the experiment keeps its artifacts: `<output_dir>/artifacts` for the default sqlite store, so a
+    run writes nothing outside `logging.output_dir` (MLflow's default is `./mlruns` of the current directory);
+    None, i.e. MLflow's own default, under a user-given tracking URI."""
+    if cfg.logging.tracking_uri:
+        return None
+    return (Path(cfg.logging.output_dir).resolve() / "artifacts").as_uri()
+
+
+def ensure_experiment(cfg: Config) -> None:
+    """Create the experiment with `artifact_location` unless it exists (an existing one keeps its location:
+    MLflow cannot move it). Rank zero only: the other ranks start after it and must not race it."""
+    location = artifact_location(cfg)
+    if location is None:
+        return
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri(cfg))
+    if client.get_experiment_by_name(cfg.logging.experiment) is not None:
+        return
+    try:
+        client.create_experiment(cfg.logging.experiment, artifact_location=location)
+    except MlflowException:
+        # another run on the same store created it in between; any other failure still surfaces
+        if client.get_experiment_by_name(cfg.logging.experiment) is None:
+            raise
+
+
 def make_logger(cfg: Config, run_dir: Path, info: dict):
     from lightning.pytorch.loggers import MLFlowLogger
+    from lightning.pytorch.utilities import rank_zero_only
 
+    if rank_zero_only.rank == 0:
+        ensure_experiment(cfg)
     logger = MLFlowLogger(
         experiment_name=cfg.logging.experiment,
         run_name=default_run_name(cfg),
