@@ -49,6 +49,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.run_figures import RunFigures
     from ragen_lit.training.tracking import format_summary, make_logger, summarize, write_run_info
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
@@ -60,6 +61,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
             logger.log_hyperparams({"model.resolved_path": module.model_path})
         write_run_info(run_dir, cfg, logger)
     iteration_logger, validation = IterationLogger(), ValidationRollouts()
+    run_figures = RunFigures(iteration_logger, validation)
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", filename="iter-{epoch:04d}", every_n_epochs=cfg.trainer.checkpoint_every,
         save_last=True, save_top_k=-1, save_on_train_epoch_end=True,
@@ -72,7 +74,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         strategy=_strategy(cfg),
         precision=cfg.trainer.precision,
         logger=logger,
-        callbacks=[iteration_logger, validation, IterationProgressBar(), checkpoints],
+        # RunFigures after ValidationRollouts: it draws the final validation too
+        callbacks=[iteration_logger, validation, IterationProgressBar(), checkpoints, run_figures],
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
         enable_model_summary=False,
