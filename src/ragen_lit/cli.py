@@ -46,6 +46,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
@@ -74,8 +75,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         strategy=_strategy(cfg),
         precision=cfg.trainer.precision,
         logger=logger,
-        # RunFigures after ValidationRollouts: it draws the final validation too
-        callbacks=[iteration_logger, validation, IterationProgressBar(), checkpoints, run_figures],
+        # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
+        callbacks=[
+            iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints, run_figures,
+        ],
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
         enable_model_summary=False,

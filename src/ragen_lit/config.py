@@ -202,6 +202,19 @@ class DiagnosticsConfig:
     in KV copies, at most 262144)"""
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
+    on_collapse: str = checked("warn", choices=("warn", "stop", "off"))
+    """template-collapse alarm on the first-turn scope (MI falls, entropy holds; logged as collapse/alarm):
+    warn (console line) | stop (end the run cleanly after that iteration's checkpoint) | off"""
+    collapse_patience: int = checked(3, ge=1)
+    """alarm rule k: the first-turn MI z-score fell at each of the last k diagnostics (k+1 values strictly
+    decreasing)"""
+    collapse_min_drop: float = checked(0.5, ge=0)
+    """alarm rule: and fell by more than this over those k+1 values (z-units; ignores noise)"""
+    collapse_min_drop_retrieval: float = checked(0.1, ge=0)
+    """the same minimum drop when the z-score is missing and retrieval accuracy above chance is used (a fraction)"""
+    collapse_entropy_tolerance: float = checked(0.25, ge=0, le=1)
+    """alarm rule: and the conditional entropy is still >= (1 - this) x its first-diagnostics value (a collapse of
+    the entropy too is a low-entropy deterministic policy, not template collapse)"""
 
 
 @dataclass
