@@ -1,7 +1,9 @@
-"""Regenerate conf/*.yaml from the config dataclasses (one source of truth: every field, its default
-for that recipe, and its doc as a comment). Run: python scripts/make_configs.py"""
+"""Regenerate conf/*.yaml and conf/paper/*.yaml from the config dataclasses (one source of truth: every
+field, its default for that recipe, and its doc as a comment). Run: python scripts/make_configs.py
+(`--out DIR` writes the same files under DIR instead of conf/, e.g. to compare them with the committed ones)."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from ragen_lit.config import load_config, render_yaml
@@ -38,12 +40,82 @@ RECIPES = {
 }
 
 
-def main() -> None:
-    for name, (description, overrides) in RECIPES.items():
-        cfg = load_config(None, overrides)
-        header = f"# python -m ragen_lit fit --config conf/{name}.yaml\n# {description}\n# Regenerate with: python scripts/make_configs.py"
-        (CONF / f"{name}.yaml").write_text(render_yaml(cfg, header))
-        print(f"wrote conf/{name}.yaml")
+# Paper-scale recipes (conf/paper/): RAGEN-2's main-table settings (see the shared spec: ragen2.md §5-6 and the
+# reference code's defaults, ragen_reference.md §3-4). Settings neither states keep the dataclass defaults.
+PAPER_MODEL = "Qwen/Qwen2.5-3B-Instruct"
+PAPER = [
+    "model.name=hf", f"model.path={PAPER_MODEL}", "model.dtype=bfloat16",
+    # 8 prompts x 16 rollouts; vLLM at 30% of the GPU; 400 tokens per turn, 3600 in context; T 1.0
+    "rollout.engine=vllm", "rollout.gpu_memory_utilization=0.3", "rollout.groups=8", "rollout.group_size=16",
+    "rollout.max_new_tokens=400", "rollout.max_context_tokens=3600", "rollout.temperature=1.0",
+    # 512 fixed validation instances at T 0.5, every 10 iterations (reference test_freq 10)
+    "validation.num_envs=512", "validation.temperature=0.5", "validation.every_n_iterations=10",
+    # SNR-aware filtering on (linear top-p 0.9); the no-filter baseline is filter.strategy=none
+    "filter.strategy=top_p", "filter.value=0.9",
+    # actor 1e-6, critic 1e-5; mini-batch 32 of 128 rollouts; micro-batch 4 as in the reference's run scripts
+    "optim.actor_lr=1e-6", "optim.critic_lr=1e-5", "optim.num_minibatches=4", "optim.micro_batch_size=4",
+    # 400 iterations (release runs); keep a checkpoint every 100 (reference save_freq): a 3B actor + critic
+    # with optimizer state is tens of GB per checkpoint, and every checkpoint is kept
+    "trainer.iterations=400", "trainer.checkpoint_every=100",
+]
+# after the algo preset: entropy 0.001, KL loss off (kl_coef 0), clip 0.2/0.28, as in the main-table scripts
+PAPER_ALGO = ["algo.entropy_coef=0.001", "algo.kl_coef=0.0", "algo.clip_low=0.2", "algo.clip_high=0.28"]
+PAPER_ALGOS = {"ppo": "PPO (GAE, critic)", "grpo": "GRPO (group-normalised return, no critic)"}
+PAPER_ENVS = {
+    "frozenlake": (
+        "FrozenLake 4x4, tiles frozen w.p. 0.9, deterministic moves, at most 10 actions in 5 turns",
+        ["env.name=frozenlake", "env.options={size: 4, p: 0.9, success_rate: 1.0, max_actions_per_episode: 10}"],
+    ),
+    "sokoban": (
+        "Sokoban 6x6, one box, at most 10 actions in 5 turns",
+        ["env.name=sokoban", "env.options={size: 6, num_boxes: 1, search_depth: 300, max_actions_per_episode: 10}"],
+    ),
+    "countdown": (
+        "Countdown, single turn: one expression (instances generated from the seed, 3-4 numbers)",
+        ["env.name=countdown", "rollout.max_turns=1", "rollout.max_actions_per_turn=1"],
+    ),
+    "metamathqa": (
+        "MathQA, single turn, one attempt: bundled synthetic set (MetaMathQA itself: env.options.path=FILE.jsonl)",
+        ["env.name=mathqa", "rollout.max_turns=1", "rollout.max_actions_per_turn=1", "env.options={max_attempts: 1}"],
+    ),
+}
+PAPER_NEEDS = f"# Needs a GPU and the weights of {PAPER_MODEL} (HF hub, or a local folder: model.path=...)"
+
+
+def paper_recipes() -> dict[str, tuple[str, list[str]]]:
+    """`<env>_<algo>` -> (description, overrides) for every paper environment x algorithm."""
+    recipes = {}
+    for env, (env_text, env_overrides) in PAPER_ENVS.items():
+        for algo, algo_text in PAPER_ALGOS.items():
+            description = f"{env_text}\n# {algo_text} + SNR-aware filtering (no-filter baseline: filter.strategy=none)"
+            recipes[f"{env}_{algo}"] = (description, [f"algo={algo}", *PAPER_ALGO, *PAPER, *env_overrides])
+    return recipes
+
+
+def write_all(conf: Path) -> list[Path]:
+    """Write every recipe under `conf` (conf/<name>.yaml and conf/paper/<name>.yaml); returns the files."""
+    written = []
+    groups = [("", RECIPES, []), ("paper/", paper_recipes(), [PAPER_NEEDS])]
+    for prefix, recipes, notes in groups:
+        (conf / prefix).mkdir(parents=True, exist_ok=True)
+        for name, (description, overrides) in recipes.items():
+            cfg = load_config(None, overrides)
+            header = "\n".join([
+                f"# python -m ragen_lit fit --config conf/{prefix}{name}.yaml", *notes, f"# {description}",
+                "# Regenerate with: python scripts/make_configs.py",
+            ])
+            path = conf / f"{prefix}{name}.yaml"
+            path.write_text(render_yaml(cfg, header))
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=CONF, help="folder to write into (default: conf/)")
+    args = parser.parse_args(argv)
+    for path in write_all(args.out):
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
