@@ -7,19 +7,24 @@
 of time or somewhere else. It prints the one-line summary (parameters, SFT steps, final loss,
 validation success at T=0.5, timings).
 """
+
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 from ragen_lit.presets.cache import default_cache_dir
-from ragen_lit.presets.tiny.build import build_tiny_model, FOLDER_NAME, BUILD_INFO
+from ragen_lit.presets.tiny.build import BUILD_INFO, FOLDER_NAME, build_tiny_model
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help=f"model folder (default: {default_cache_dir() / FOLDER_NAME})")
-    parser.add_argument("--force", action="store_true", help="rebuild even if the folder already holds this recipe's model")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"model folder (default: {default_cache_dir() / FOLDER_NAME})"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild even if the folder already holds this recipe's model"
+    )
     args = parser.parse_args()
     folder = build_tiny_model(args.out, force=args.force)
     print(f"tiny model folder: {folder} (build record: {folder / BUILD_INFO})")

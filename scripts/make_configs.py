@@ -1,6 +1,7 @@
 """Regenerate conf/*.yaml and conf/paper/*.yaml from the config dataclasses (one source of truth: every
 field, its default for that recipe, and its doc as a comment). Run: python scripts/make_configs.py
 (`--out DIR` writes the same files under DIR instead of conf/, e.g. to compare them with the committed ones)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,14 +16,28 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 # GRPO (no critic) with 16 prompts x 8 rollouts keeps an iteration to ~6 s on 2 idle cores. From
 # sweeps over tiny-model builds and seeds (docs/PERFORMANCE.md): 16 prompts learned faster and more
 # steadily than 8 or 32 per iteration, and actor lr 5e-4 more than 3e-4 or 7e-4 (1e-3 drifts).
-TINY_CPU = ["algo=grpo", "rollout.groups=16", "rollout.group_size=8", "optim.actor_lr=5e-4", "trainer.threads=2", "trainer.iterations=40"]
+TINY_CPU = [
+    "algo=grpo",
+    "rollout.groups=16",
+    "rollout.group_size=8",
+    "optim.actor_lr=5e-4",
+    "trainer.threads=2",
+    "trainer.iterations=40",
+]
 RECIPES = {
     "frozenlake": (
-        "FrozenLake 4x4 (deterministic), GRPO + SNR-aware filtering, tiny model on CPU (paper-scale: algo=ppo rollout.group_size=16)",
-        ["env.name=frozenlake", "env.options={size: 4, p: 0.8, success_rate: 1.0}", "validation.num_envs=256", *TINY_CPU],
+        "FrozenLake 4x4 (deterministic), GRPO + SNR-aware filtering, tiny model on CPU "
+        "(paper-scale: algo=ppo rollout.group_size=16)",
+        [
+            "env.name=frozenlake",
+            "env.options={size: 4, p: 0.8, success_rate: 1.0}",
+            "validation.num_envs=256",
+            *TINY_CPU,
+        ],
     ),
     "frozenlake_slippery": (
-        "FrozenLake 4x4 with slip: the intended move succeeds w.p. success_rate (sweep: env.options.success_rate=0.5 ...)",
+        "FrozenLake 4x4 with slip: the intended move succeeds w.p. success_rate "
+        "(sweep: env.options.success_rate=0.5 ...)",
         ["env.name=frozenlake", "env.options={size: 4, p: 0.8, success_rate: 0.8}", *TINY_CPU],
     ),
     "sokoban": (
@@ -44,19 +59,33 @@ RECIPES = {
 # reference code's defaults, ragen_reference.md §3-4). Settings neither states keep the dataclass defaults.
 PAPER_MODEL = "Qwen/Qwen2.5-3B-Instruct"
 PAPER = [
-    "model.name=hf", f"model.path={PAPER_MODEL}", "model.dtype=bfloat16",
+    "model.name=hf",
+    f"model.path={PAPER_MODEL}",
+    "model.dtype=bfloat16",
     # 8 prompts x 16 rollouts; vLLM at 30% of the GPU; 400 tokens per turn, 3600 in context; T 1.0
-    "rollout.engine=vllm", "rollout.gpu_memory_utilization=0.3", "rollout.groups=8", "rollout.group_size=16",
-    "rollout.max_new_tokens=400", "rollout.max_context_tokens=3600", "rollout.temperature=1.0",
+    "rollout.engine=vllm",
+    "rollout.gpu_memory_utilization=0.3",
+    "rollout.groups=8",
+    "rollout.group_size=16",
+    "rollout.max_new_tokens=400",
+    "rollout.max_context_tokens=3600",
+    "rollout.temperature=1.0",
     # 512 fixed validation instances at T 0.5, every 10 iterations (reference test_freq 10)
-    "validation.num_envs=512", "validation.temperature=0.5", "validation.every_n_iterations=10",
+    "validation.num_envs=512",
+    "validation.temperature=0.5",
+    "validation.every_n_iterations=10",
     # SNR-aware filtering on (linear top-p 0.9); the no-filter baseline is filter.strategy=none
-    "filter.strategy=top_p", "filter.value=0.9",
+    "filter.strategy=top_p",
+    "filter.value=0.9",
     # actor 1e-6, critic 1e-5; mini-batch 32 of 128 rollouts; micro-batch 4 as in the reference's run scripts
-    "optim.actor_lr=1e-6", "optim.critic_lr=1e-5", "optim.num_minibatches=4", "optim.micro_batch_size=4",
+    "optim.actor_lr=1e-6",
+    "optim.critic_lr=1e-5",
+    "optim.num_minibatches=4",
+    "optim.micro_batch_size=4",
     # 400 iterations (release runs); keep a checkpoint every 100 (reference save_freq): a 3B actor + critic
     # with optimizer state is tens of GB per checkpoint, and every checkpoint is kept
-    "trainer.iterations=400", "trainer.checkpoint_every=100",
+    "trainer.iterations=400",
+    "trainer.checkpoint_every=100",
 ]
 # after the algo preset: entropy 0.001, KL loss off (kl_coef 0), clip 0.2/0.28, as in the main-table scripts
 PAPER_ALGO = ["algo.entropy_coef=0.001", "algo.kl_coef=0.0", "algo.clip_low=0.2", "algo.clip_high=0.28"]
@@ -100,10 +129,14 @@ def write_all(conf: Path) -> list[Path]:
         (conf / prefix).mkdir(parents=True, exist_ok=True)
         for name, (description, overrides) in recipes.items():
             cfg = load_config(None, overrides)
-            header = "\n".join([
-                f"# python -m ragen_lit fit --config conf/{prefix}{name}.yaml", *notes, f"# {description}",
-                "# Regenerate with: python scripts/make_configs.py",
-            ])
+            header = "\n".join(
+                [
+                    f"# python -m ragen_lit fit --config conf/{prefix}{name}.yaml",
+                    *notes,
+                    f"# {description}",
+                    "# Regenerate with: python scripts/make_configs.py",
+                ]
+            )
             path = conf / f"{prefix}{name}.yaml"
             path.write_text(render_yaml(cfg, header))
             written.append(path)

@@ -8,6 +8,7 @@ checks, FSDP). It is the model `scripts/bench_step.py` measures (`ragen_lit.benc
 A random model's rewards are all equal (every turn gets the format penalty), so train it with
 `filter.strategy=none`: the default filter would keep nothing and no update would run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,23 @@ from ragen_lit.bench.random_model import write_random_model
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="output folder (created; must be empty or missing)")
-    parser.add_argument("--smoke", action="store_true", help="a tiny Qwen2 with the same tokenizer instead of the 0.5B shape")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="where to initialise (default: cuda if available)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a tiny Qwen2 with the same tokenizer instead of the 0.5B shape"
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where to initialise (default: cuda if available)",
+    )
     args = parser.parse_args(argv)
     if args.folder.exists() and any(args.folder.iterdir()):
         parser.error(f"{args.folder} exists and is not empty")
     args.folder.mkdir(parents=True, exist_ok=True)
     config = write_random_model(args.folder, args.smoke, torch.device(args.device))
-    print(f"wrote {args.folder}: Qwen2 hidden {config.hidden_size}, {config.num_hidden_layers} layers, vocabulary {config.vocab_size}")
+    print(
+        f"wrote {args.folder}: Qwen2 hidden {config.hidden_size}, {config.num_hidden_layers} layers, "
+        f"vocabulary {config.vocab_size}"
+    )
     return 0
 
 

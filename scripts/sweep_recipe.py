@@ -10,6 +10,7 @@ as there are cores: oversubscribed torch threads slow everything down many times
 stdout and DIR/sweep.txt: `BUILD <recipe> -> <summary>` and
 `FIT <name> rc=<exit> wall=<s> val=[(iteration, success), ...] train=[rollout success per iteration]`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = (
-    "import sys, json, dataclasses; from pathlib import Path; from ragen_lit.presets.tiny.build import TinyRecipe, build_tiny_model; "
+    "import sys, json, dataclasses; from pathlib import Path; "
+    "from ragen_lit.presets.tiny.build import TinyRecipe, build_tiny_model; "
     "build_tiny_model(Path(sys.argv[2]), recipe=dataclasses.replace(TinyRecipe(), **json.loads(sys.argv[1])))"
 )
 
@@ -50,8 +52,19 @@ def history(db: Path, key: str) -> list:
 def fit(experiment: dict, folder: Path, out: Path, timeout: int) -> str:
     run_dir = out / experiment["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(REPO / "conf" / "frozenlake.yaml"), "model.name=hf",
-           f"model.path={folder}", f"logging.output_dir={run_dir}", "trainer.accelerator=cpu", *experiment.get("overrides", [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ragen_lit",
+        "fit",
+        "--config",
+        str(REPO / "conf" / "frozenlake.yaml"),
+        "model.name=hf",
+        f"model.path={folder}",
+        f"logging.output_dir={run_dir}",
+        "trainer.accelerator=cpu",
+        *experiment.get("overrides", []),
+    ]
     start = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -61,7 +74,9 @@ def fit(experiment: dict, folder: Path, out: Path, timeout: int) -> str:
     db = run_dir / "mlruns.db"
     val = history(db, "val/success") if db.exists() else []
     train = [v for _, v in history(db, "rollout/success")] if db.exists() else []
-    return f"FIT {experiment['name']} rc={status} wall={time.time() - start:.0f}s val={val} train={train} {tail}".rstrip()
+    return (
+        f"FIT {experiment['name']} rc={status} wall={time.time() - start:.0f}s val={val} train={train} {tail}".rstrip()
+    )
 
 
 def main() -> None:
@@ -82,7 +97,9 @@ def main() -> None:
 
     folders = {}
     with cf.ThreadPoolExecutor(args.parallel) as pool:
-        for key, folder, line in pool.map(lambda k: build(k, args.out / "models"), sorted({recipe_key(e) for e in experiments})):
+        for key, folder, line in pool.map(
+            lambda k: build(k, args.out / "models"), sorted({recipe_key(e) for e in experiments})
+        ):
             folders[key] = folder
             say(line)
     with cf.ThreadPoolExecutor(args.parallel) as pool:

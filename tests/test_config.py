@@ -81,12 +81,24 @@ def test_shipped_configs_load_show_every_field_and_start_with_their_command(path
 
 def test_cli_reports_one_line_without_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "ragen_lit", "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"), "filter.value=1.5"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "ragen_lit",
+            "fit",
+            "--config",
+            str(ROOT / "conf" / "frozenlake.yaml"),
+            "filter.value=1.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"]
+    assert proc.stderr.strip().splitlines() == [
+        "error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"
+    ]
 
 
 def _warnings(caplog) -> list[str]:

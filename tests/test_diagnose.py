@@ -1,4 +1,5 @@
 """`python -m ragen_lit diagnose`: report, skip counts and clear errors on a tiny random Qwen2 model folder."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,16 @@ CHATML = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 USERS = ("the lake is frozen, go left", "you stand on the ice, go up", "a hole is below you, go right")
-FAMILY = ("retrieval_acc", "recall@2", "mi_est", "mi_seq_est", "mi_zscore", "mi_zscore_ema", "cond_entropy", "reasoning_entropy")
+FAMILY = (
+    "retrieval_acc",
+    "recall@2",
+    "mi_est",
+    "mi_seq_est",
+    "mi_zscore",
+    "mi_zscore_ema",
+    "cond_entropy",
+    "reasoning_entropy",
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +44,26 @@ def model_dir(tmp_path_factory):
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     bpe.train_from_iterator([*USERS, "system user assistant <think> I should go"], trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML
+    )
     tokenizer.save_pretrained(folder)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(0)
     Qwen2ForCausalLM(config).save_pretrained(folder)
@@ -63,8 +84,13 @@ def good_records(tokenizer) -> list[dict]:
     """3 groups x 2 reasoning samples, plus the extra fields `fit` writes."""
     return [
         {
-            "prompt": prompt_text(tokenizer, user), "reasoning": f"I should go {word} now", "group": g,
-            "turn": 1, "trajectory": 2 * g + k, "seed": g, "reward": 0.0,
+            "prompt": prompt_text(tokenizer, user),
+            "reasoning": f"I should go {word} now",
+            "group": g,
+            "turn": 1,
+            "trajectory": 2 * g + k,
+            "seed": g,
+            "reward": 0.0,
         }
         for g, user in enumerate(USERS)
         for k, word in enumerate(("left", "up"))
@@ -96,7 +122,8 @@ def test_values_match_an_independent_computation_with_duplicate_prompts(loaded, 
     count a hit on either column, so chance = (4 rows · 2/4 + 4 rows · 1/4) / 8 = 0.375."""
     model, tokenizer = loaded
     records = good_records(tokenizer) + [
-        {"prompt": prompt_text(tokenizer, USERS[0]), "reasoning": f"left {word} and on", "group": "g3"} for word in ("now", "then")
+        {"prompt": prompt_text(tokenizer, USERS[0]), "reasoning": f"left {word} and on", "group": "g3"}
+        for word in ("now", "then")
     ]
     rows, skipped, read = read_rollouts(write_jsonl(tmp_path / "r.jsonl", records))
     result = diagnose_rollouts(model, tokenizer, rows, skipped, read)
@@ -132,7 +159,7 @@ def test_report_prints_the_family_with_chance_levels(model_dir, loaded, tmp_path
     out = capsys.readouterr().out
     assert "rows       6 used, 0 skipped, of 6 read" in out
     assert "columns    3 groups, 3 distinct prompts; MI upper bound log N = 1.0986" in out
-    table = {line.split()[0]: line.split()[1:] for line in out.splitlines()[out.splitlines().index("") + 2:]}
+    table = {line.split()[0]: line.split()[1:] for line in out.splitlines()[out.splitlines().index("") + 2 :]}
     assert set(FAMILY) <= set(table)
     for name, cells in table.items():
         assert math.isfinite(float(cells[0])), name
@@ -216,7 +243,9 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
     elif case == "empty_file":
         path = write_jsonl(tmp_path / "r.jsonl", ["", "  "])
     elif case == "all_bad":
-        path = write_jsonl(tmp_path / "r.jsonl", ["{oops", {"prompt": "p", "group": 1}, {**records[0], "reasoning": ""}])
+        path = write_jsonl(
+            tmp_path / "r.jsonl", ["{oops", {"prompt": "p", "group": 1}, {**records[0], "reasoning": ""}]
+        )
     elif case == "one_prompt":
         path = write_jsonl(tmp_path / "r.jsonl", records[:2])
     elif case == "same_prompt_two_groups":
@@ -244,8 +273,22 @@ def test_command_line_end_to_end(model_dir, loaded, tmp_path):
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "ragen_lit", "diagnose", "--model", model_dir, "--rollouts", path, "--device", "cpu"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "ragen_lit",
+                "diagnose",
+                "--model",
+                model_dir,
+                "--rollouts",
+                path,
+                "--device",
+                "cpu",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for path in (good, str(tmp_path / "absent.jsonl"), all_bad)
     ]
@@ -255,7 +298,6 @@ def test_command_line_end_to_end(model_dir, loaded, tmp_path):
     for run, (out, err), message in zip(runs[1:], failed, ("no such file", "no usable rows")):
         assert run.returncode == 2 and out == ""
         assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ") and message in err
-
 
 
 def test_options_share_the_config_default_and_its_check(capsys):

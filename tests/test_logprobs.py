@@ -1,4 +1,5 @@
 """token_logprobs against a naive full-logits computation on tiny random Qwen2 / Llama models."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,17 +44,16 @@ def padded_batch(lengths: list[int], total: int, left: bool) -> tuple[torch.Tens
 
 def naive_logprobs(model, input_ids, mask, temperature=1.0) -> LogProbs:
     """Full-vocabulary fp32 logits of the whole batch through the model's own forward."""
-    logits = model(
-        input_ids=input_ids, attention_mask=mask.long(), position_ids=default_position_ids(mask)
-    ).logits.float() / temperature
+    logits = (
+        model(input_ids=input_ids, attention_mask=mask.long(), position_ids=default_position_ids(mask)).logits.float()
+        / temperature
+    )
     log_probs = logits[:, :-1].log_softmax(-1)
     target = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     scored = mask[:, 1:] & mask[:, :-1]
     pad = torch.zeros(input_ids.shape[0], 1)
-    return LogProbs(
-        torch.cat([pad, target * scored], dim=1), torch.cat([pad, entropy * scored], dim=1)
-    )
+    return LogProbs(torch.cat([pad, target * scored], dim=1), torch.cat([pad, entropy * scored], dim=1))
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])

@@ -1,10 +1,10 @@
 """The paper-scale recipes (conf/paper/) load, validate, print through `python -m ragen_lit config`, hold the
 paper's settings (spec: ragen2.md §5-6, ragen_reference.md §3-4), and are exactly what scripts/make_configs.py
 writes (so are the CPU recipes in conf/)."""
+
 from __future__ import annotations
 
 import importlib.util
-
 from pathlib import Path
 
 import pytest
@@ -70,6 +70,9 @@ def test_make_configs_output_matches_the_committed_files(tmp_path):
     written = _make_configs().write_all(tmp_path)
     committed = sorted((ROOT / "conf").rglob("*.yaml"))
     assert sorted(p.relative_to(tmp_path) for p in written) == [p.relative_to(ROOT / "conf") for p in committed]
-    stale = [str(p.relative_to(tmp_path)) for p in written
-             if p.read_text() != (ROOT / "conf" / p.relative_to(tmp_path)).read_text()]
+    stale = [
+        str(p.relative_to(tmp_path))
+        for p in written
+        if p.read_text() != (ROOT / "conf" / p.relative_to(tmp_path)).read_text()
+    ]
     assert not stale, f"conf files differ from scripts/make_configs.py output (run it): {stale}"

@@ -1,4 +1,5 @@
 """`python -m ragen_lit <command>`: fit, sweep, compare, diagnose, config. User mistakes end with one clear line."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,6 @@ import os
 import sys
 import time
 import typing
-
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
@@ -64,8 +64,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     iteration_logger, validation = IterationLogger(), ValidationRollouts()
     run_figures = RunFigures(iteration_logger, validation)
     checkpoints = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints", filename="iter-{epoch:04d}", every_n_epochs=cfg.trainer.checkpoint_every,
-        save_last=True, save_top_k=-1, save_on_train_epoch_end=True,
+        dirpath=run_dir / "checkpoints",
+        filename="iter-{epoch:04d}",
+        every_n_epochs=cfg.trainer.checkpoint_every,
+        save_last=True,
+        save_top_k=-1,
+        save_on_train_epoch_end=True,
     )
     trainer = L.Trainer(
         max_epochs=cfg.trainer.iterations,
@@ -77,7 +81,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         logger=logger,
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
         callbacks=[
-            iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints, run_figures,
+            iteration_logger,
+            CollapseAlarmCallback(cfg),
+            validation,
+            IterationProgressBar(),
+            checkpoints,
+            run_figures,
         ],
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
@@ -141,8 +150,15 @@ def _sweep_command(args) -> int:
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     return run_sweep(
-        args.config, list(args.overrides), seeds=args.seeds, parallel=args.parallel, threads=args.threads_per_run,
-        devices=devices, out=args.out, name=args.name, print_commands=args.print_commands,
+        args.config,
+        list(args.overrides),
+        seeds=args.seeds,
+        parallel=args.parallel,
+        threads=args.threads_per_run,
+        devices=devices,
+        out=args.out,
+        name=args.name,
+        print_commands=args.print_commands,
     )
 
 
@@ -193,9 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     p_sweep.add_argument("--devices", help="GPU ids, one run per GPU at a time, e.g. 0,1,2,3")
     p_sweep.add_argument("--out", help="parent folder of the sweep (default: <logging.output_dir>/sweeps)")
     p_sweep.add_argument("--name", help="sweep name (default: the config's name and a hash of the grid)")
-    p_sweep.add_argument("--print-commands", action="store_true",
-                         help="write every run's config and print one fit command per run (for a cluster launcher)")
-    p_sweep.add_argument("overrides", nargs="*", help="key=value, key=a,b,c, key=range(start,stop,step), key=choice(..)")
+    p_sweep.add_argument(
+        "--print-commands",
+        action="store_true",
+        help="write every run's config and print one fit command per run (for a cluster launcher)",
+    )
+    p_sweep.add_argument(
+        "overrides", nargs="*", help="key=value, key=a,b,c, key=range(start,stop,step), key=choice(..)"
+    )
     p_sweep.set_defaults(func=_sweep_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
     _add_option_flags(p_diag, DiagnoseOptions)

@@ -9,6 +9,7 @@ YAML files (`render_yaml`); its checks (allowed choices, bounds) sit in its `che
 Choice lists belong to the module that owns the concept (the filter strategies to `filtering`, the
 advantage estimators to `algos`, ...); the config reads them from there.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -286,15 +287,18 @@ PRESET_TABLES: dict[str, dict[str, dict[str, Any]]] = {
     "model": {name: {} for name in (*MODEL_PRESETS, "hf")},
 }
 
+
 def validate(cfg: Config) -> Config:
     """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
     for section in SECTIONS:
-        check_fields(getattr(cfg, section), lambda name: f"{section}.{name}")
+        check_fields(getattr(cfg, section), lambda name, section=section: f"{section}.{name}")
     flt = cfg.filter
     if flt.strategy == "top_p" and flt.value > 1.0:
         raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
     if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:
-        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in [0, 1]")
+        raise ConfigError(
+            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in [0, 1]"
+        )
     if flt.strategy == "top_k" and flt.value >= 1 and flt.value != int(flt.value):
         raise ConfigError(f"filter.value={flt.value!r}: top_k takes a fraction < 1 or a whole count >= 1")
     if cfg.model.name == "hf" and not cfg.model.path:
@@ -322,7 +326,9 @@ def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     pairs = []
     for o in parsed:
         if o.is_delete() or o.is_add():
-            raise ConfigError(f"override {o.input_line!r}: '+'/'~' overrides are not supported; every key exists already")
+            raise ConfigError(
+                f"override {o.input_line!r}: '+'/'~' overrides are not supported; every key exists already"
+            )
         pairs.append((o.key_or_group, o.value()))
     return pairs
 
@@ -416,7 +422,12 @@ def _omegaconf_message(err) -> str:
         section = key.split(".")[0]
         allowed = ""
         if section in SECTIONS and "." in key:
-            allowed = "; keys of " + section + " are: " + ", ".join(f.name for f in dataclasses.fields(getattr(Config(), section)))
+            allowed = (
+                "; keys of "
+                + section
+                + " are: "
+                + ", ".join(f.name for f in dataclasses.fields(getattr(Config(), section)))
+            )
         return f"{key}: unknown key{allowed}"
     if isinstance(err, ValidationError):
         return f"{key}: {str(err).splitlines()[0]}"

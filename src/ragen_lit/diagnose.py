@@ -18,6 +18,7 @@ of its own would silently change N and the chance level, so the row is dropped i
 file or the model as a whole raise `ConfigError` (one line on stderr, exit code 2): the file is missing or
 unreadable, no row is usable, fewer than 2 distinct prompts remain, or the model cannot be loaded.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -187,8 +188,8 @@ def diagnose_rollouts(
     """
     import torch
 
-    from ragen_lit.metrics.collapse import column_groups_of, tokens_per_forward
     from ragen_lit.metrics import MIDiagnostics, cross_score
+    from ragen_lit.metrics.collapse import column_groups_of, tokens_per_forward
 
     tokenized = _tokenize_rows(tokenizer, rows, skipped)
     if not tokenized:
@@ -223,7 +224,10 @@ def diagnose_rollouts(
     )
     policy.eval()
     l_tok, l_sum = cross_score(
-        policy, prompts, reasonings, max_tokens_per_forward=tokens_per_forward(policy, max_tokens_per_forward),
+        policy,
+        prompts,
+        reasonings,
+        max_tokens_per_forward=tokens_per_forward(policy, max_tokens_per_forward),
         pad_token_id=tokenizer.pad_token_id,
     )
     if not (torch.isfinite(l_tok).all() and torch.isfinite(l_sum).all()):
@@ -234,7 +238,9 @@ def diagnose_rollouts(
     return DiagnoseResult(values, rows_read, len(tokenized), len(prompts), num_distinct, skipped, subsampled_from)
 
 
-def _tokenize_rows(tokenizer, rows: list[RolloutRow], skipped: SkippedRows) -> list[tuple[list[int], list[int], int | str]]:
+def _tokenize_rows(
+    tokenizer, rows: list[RolloutRow], skipped: SkippedRows
+) -> list[tuple[list[int], list[int], int | str]]:
     """[(prompt ids, reasoning ids, group)] of the rows that pass the token-level checks."""
     group_prompt: dict[int | str, list[int]] = {}
     out = []
@@ -301,7 +307,9 @@ def table_rows(values: dict[str, float]) -> list[tuple[str, float, float | None,
     for name, chance_spec, bound_spec in _TABLE:
         if name in values:
             chance = lookup(chance_spec)
-            out.append((name, values[name], chance, None if chance is None else values[name] - chance, lookup(bound_spec)))
+            out.append(
+                (name, values[name], chance, None if chance is None else values[name] - chance, lookup(bound_spec))
+            )
     known = {name for name, _, _ in _TABLE}
     for name, value in values.items():
         if name not in known and name not in _HEADER_KEYS and not name.endswith(_NOT_ROWS_SUFFIXES):
@@ -334,7 +342,9 @@ def format_report(result: DiagnoseResult, model: str, rollouts: str) -> str:
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        lines.append("  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]).rstrip())
+        lines.append(
+            "  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]).rstrip()
+        )
     return "\n".join(lines)
 
 
@@ -355,7 +365,9 @@ def resolve_model(model: str) -> str:
     looks_local = os.path.isabs(model) or model.startswith((".", "~")) or os.path.exists(model)
     path = os.path.expanduser(model)
     if looks_local and not os.path.isdir(path):
-        raise ConfigError(f"--model {model!r}: no such folder (give an HF id, a model folder, or one of {MODEL_PRESETS})")
+        raise ConfigError(
+            f"--model {model!r}: no such folder (give an HF id, a model folder, or one of {MODEL_PRESETS})"
+        )
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         raise ConfigError(f"--model {model!r}: the folder holds no config.json, so it is not an HF model folder")
     return path if looks_local else model
@@ -387,8 +399,14 @@ def run_diagnose(options: DiagnoseOptions) -> int:
     tokenizer = _load(load_tokenizer, path)
     policy = _load(load_policy, path, options.dtype).to(device)
     result = diagnose_rollouts(
-        policy, tokenizer, rows, skipped, rows_read,
-        max_tokens_per_forward=options.max_tokens_per_forward, max_rows=options.max_rows, seed=options.seed,
+        policy,
+        tokenizer,
+        rows,
+        skipped,
+        rows_read,
+        max_tokens_per_forward=options.max_tokens_per_forward,
+        max_rows=options.max_rows,
+        seed=options.seed,
     )
     print(format_report(result, options.model, rollouts))
     return 0

@@ -6,10 +6,11 @@ training callbacks (one run at the end of `fit`) draw the same pictures. Figures
 
 A curve is one run's [(step, value), ...]; a group is a label's list of curves (its seeds).
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -95,7 +96,8 @@ def filter_curves(kept_ratio: Groups, rv_cv: Groups) -> Figure:
 
 
 def mi_entropy_plane(
-    trajectories: Mapping[str, Sequence[Trajectory]], xlabel: str = "conditional entropy H(Z|X) (nats)",
+    trajectories: Mapping[str, Sequence[Trajectory]],
+    xlabel: str = "conditional entropy H(Z|X) (nats)",
     ylabel: str = "MI retrieval accuracy",
 ) -> Figure:
     """Each run's path through the (entropy, MI) plane over iterations: a line from a circle (first
@@ -118,9 +120,15 @@ def mi_entropy_plane(
         ax.axhline(float(np.median(ys_all)), color="grey", linestyle="--", linewidth=1)
     for (high_mi, high_entropy), name in REGIMES.items():
         ax.text(
-            0.98 if high_entropy else 0.02, 0.98 if high_mi else 0.02, name, transform=ax.transAxes,
-            ha="right" if high_entropy else "left", va="top" if high_mi else "bottom", color="dimgrey",
-            fontsize="small", style="italic",
+            0.98 if high_entropy else 0.02,
+            0.98 if high_mi else 0.02,
+            name,
+            transform=ax.transAxes,
+            ha="right" if high_entropy else "left",
+            va="top" if high_mi else "bottom",
+            color="dimgrey",
+            fontsize="small",
+            style="italic",
         )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -138,8 +146,11 @@ def gradient_buckets(task: Mapping[str, Sequence[float]], reg: Mapping[str, Sequ
     for ax, norms, title in ((panels[0], task, "task gradient norm"), (panels[1], reg, "regulariser gradient norm")):
         buckets = max((len(v) for v in norms.values()), default=0)
         # a label without any value gets no slot, but keeps its index so its colour matches the other figures
-        shown = [(i, label, np.asarray(v, dtype=float)) for i, (label, v) in enumerate(norms.items())
-                 if not np.all(np.isnan(np.asarray(v, dtype=float)))]
+        shown = [
+            (i, label, np.asarray(v, dtype=float))
+            for i, (label, v) in enumerate(norms.items())
+            if not np.all(np.isnan(np.asarray(v, dtype=float)))
+        ]
         width = 0.8 / max(len(shown), 1)
         for slot, (i, label, values) in enumerate(shown):
             positions = np.arange(len(values)) + (slot - (len(shown) - 1) / 2) * width

@@ -13,6 +13,7 @@ Conventions shared by every rule:
 - Threshold comparisons (`top_p`, `top_p_softmax`, `min_p`) allow a relative slack of 1e-6, so a
   prefix whose mass equals ρ·M in exact arithmetic is not lost to floating-point rounding.
 """
+
 from __future__ import annotations
 
 import math

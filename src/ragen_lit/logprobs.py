@@ -7,6 +7,7 @@ that full-vocabulary fp32 logits never exist for the whole batch: at most `max_t
 positions × vocabulary at a time. Under autograd each chunk is checkpointed, so backward keeps only
 the hidden states and recomputes one chunk's logits at a time.
 """
+
 from __future__ import annotations
 
 import functools
@@ -136,15 +137,16 @@ def token_logprobs(
         scored = scored & score_mask[:, 1:].bool()
     rows, prev = scored.nonzero(as_tuple=True)
     hidden = decoder(
-        input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=cache is not None,
+        input_ids=input_ids,
+        attention_mask=decoder_mask,
+        position_ids=position_ids,
+        use_cache=cache is not None,
         **cache_kwargs,
     ).last_hidden_state  # [B, T, H]
     states = hidden[rows, prev]  # [M, H]
     targets = input_ids[rows, prev + 1]  # [M]
 
-    needs_grad = torch.is_grad_enabled() and (
-        states.requires_grad or any(p.requires_grad for p in head.parameters())
-    )
+    needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
     head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
     pieces = []
     for start in range(0, targets.numel(), max_tokens_per_chunk):

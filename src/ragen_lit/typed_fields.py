@@ -2,6 +2,7 @@
 `diagnose` options: a field's doc is the string literal right under it (an attribute docstring, as in litgpt),
 its checks sit in its `checked(...)` default, and `check_fields` applies them with one-line errors.
 """
+
 from __future__ import annotations
 
 import ast
@@ -10,8 +11,9 @@ import functools
 import inspect
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import field
-from typing import Any, Callable
+from typing import Any
 
 from ragen_lit.errors import ConfigError
 
@@ -22,8 +24,12 @@ def checked(default: Any, **rules: Any) -> Any:
     return field(default=default, metadata=rules)
 
 
-_BOUNDS = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
-           ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+_BOUNDS = (
+    ("ge", ">=", lambda v, b: v >= b),
+    ("gt", ">", lambda v, b: v > b),
+    ("le", "<=", lambda v, b: v <= b),
+    ("lt", "<", lambda v, b: v < b),
+)
 
 
 @functools.cache
@@ -32,8 +38,12 @@ def field_docs(cls: type) -> dict[str, str]:
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
     docs = {}
     for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 

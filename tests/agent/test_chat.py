@@ -13,7 +13,12 @@ def tokenizer():
 def test_pieces_reassemble_the_template_render(tokenizer):
     chat = ChatFormat(tokenizer)
     first = chat.first_prompt_ids("S", "U1")
-    convo = [{"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "<think>A"}, {"role": "user", "content": "U2"}]
+    convo = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U1"},
+        {"role": "assistant", "content": "<think>A"},
+        {"role": "user", "content": "U2"},
+    ]
     rendered = tokenizer.apply_chat_template(convo, tokenize=False, add_generation_prompt=True)
     pieces = tokenizer.decode(first) + "A" + chat.assistant_close + tokenizer.decode(chat.next_turn_ids("U2"))
     assert pieces == rendered + "<think>"
@@ -29,7 +34,8 @@ def test_close_ids_skip_what_the_model_already_sampled(tokenizer):
 def test_history_rewriting_template_is_refused(tokenizer):
     bad = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>")
     bad.chat_template = (
-        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}{{'<|im_start|>assistant\n<|im_end|>\n'}}"
+        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+        "{{'<|im_start|>assistant\n<|im_end|>\n'}}"
         "{% else %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}"
     )

@@ -50,7 +50,15 @@ def test_assistant_response_round_trips():
 
 
 def test_reward_formatting():
-    assert [format_reward(x) for x in (1.0, 0.0, -0.1, 0.9, -0.0, 10.0, 0.25)] == ["1", "0", "-0.1", "0.9", "0", "10", "0.25"]
+    assert [format_reward(x) for x in (1.0, 0.0, -0.1, 0.9, -0.0, 10.0, 0.25)] == [
+        "1",
+        "0",
+        "-0.1",
+        "0.9",
+        "0",
+        "10",
+        "0.25",
+    ]
 
 
 def test_user_message_mentions_reward_and_warning_only_when_given():

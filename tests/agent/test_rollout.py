@@ -1,21 +1,26 @@
 """The rollout loop's token-in/token-out contract, with a scripted engine (no model)."""
+
 from functools import partial
 
 import pytest
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
-from ragen_lit.training.batch import collate
 from ragen_lit.engines.base import Generation, SamplingParams
 from ragen_lit.envs import FrozenLakeEnv
 from ragen_lit.presets.tiny.tokenizer import train_tokenizer
+from ragen_lit.training.batch import collate
 
 GRID = ["SFFF", "FHFH", "FFFH", "HFFG"]
+DEFAULT_LIMITS = EpisodeLimits()
 
 
 @pytest.fixture(scope="module")
 def chat():
-    corpus = [FrozenLakeEnv.from_grid(GRID).reset(seed=0)[0], "Right Down Left Up Reward Turn State You have actions left"] * 20
+    corpus = [
+        FrozenLakeEnv.from_grid(GRID).reset(seed=0)[0],
+        "Right Down Left Up Reward Turn State You have actions left",
+    ] * 20
     return ChatFormat(train_tokenizer(corpus, vocab_size=400))
 
 
@@ -40,7 +45,7 @@ class ScriptedEngine:
         pass
 
 
-def _run(chat, replies, limits=EpisodeLimits(), n=2, eos=True):
+def _run(chat, replies, limits=DEFAULT_LIMITS, n=2, eos=True):
     engine = ScriptedEngine(chat, replies, eos=eos)
     make = partial(FrozenLakeEnv.from_grid, GRID)
     trajs = rollout(engine, make, [0] * n, [0] * n, chat, limits, SamplingParams(seed=1))
@@ -48,7 +53,11 @@ def _run(chat, replies, limits=EpisodeLimits(), n=2, eos=True):
 
 
 def test_training_sequence_is_the_concatenation_of_fed_and_sampled_ids(chat):
-    replies = ["go</think><answer>Right || Right</answer>", "down</think><answer>Down || Down</answer>", "x</think><answer>Right || Down</answer>"]
+    replies = [
+        "go</think><answer>Right || Right</answer>",
+        "down</think><answer>Down || Down</answer>",
+        "x</think><answer>Right || Down</answer>",
+    ]
     engine, trajs = _run(chat, replies)
     traj = trajs[0]
     # every prompt the engine saw is a prefix of the final sequence (nothing re-tokenised)
@@ -59,15 +68,22 @@ def test_training_sequence_is_the_concatenation_of_fed_and_sampled_ids(chat):
     expected = [i for turn in traj.turns for i in range(turn.prompt_end, turn.response_end)]
     assert sampled == expected
     for turn, reply in zip(traj.turns, replies):
-        assert traj.token_ids[turn.prompt_end:turn.response_end] == chat.encode(reply) + [chat.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        assert traj.token_ids[turn.prompt_end - len(chat.think_open_ids):turn.prompt_end] == chat.think_open_ids
+        assert traj.token_ids[turn.prompt_end : turn.response_end] == chat.encode(reply) + [
+            chat.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
+        assert traj.token_ids[turn.prompt_end - len(chat.think_open_ids) : turn.prompt_end] == chat.think_open_ids
     assert traj.sample_logprobs[traj.turns[0].prompt_end] == -0.5
     assert traj.sample_logprobs[0] == 0.0
 
 
 def test_episode_dynamics_rewards_and_success(chat):
     # (0,0) -R-> (0,1) -R-> (0,2) | -D-> (1,2) -D-> (2,2) | -D-> (3,2) -R-> (3,3) goal
-    replies = ["a</think><answer>Right || Right</answer>", "b</think><answer>Down || Down</answer>", "c</think><answer>Down || Right</answer>", "never</think><answer>Up</answer>"]
+    replies = [
+        "a</think><answer>Right || Right</answer>",
+        "b</think><answer>Down || Down</answer>",
+        "c</think><answer>Down || Right</answer>",
+        "never</think><answer>Up</answer>",
+    ]
     engine, trajs = _run(chat, replies)
     traj = trajs[0]
     assert engine.calls == 3 and len(traj.turns) == 3
@@ -99,7 +115,12 @@ def test_hole_ends_episode_and_action_budget(chat):
 
 
 def test_user_messages_carry_reward_and_warning(chat):
-    engine, _ = _run(chat, ["bad", "x</think><answer>Right</answer>", "x</think><answer>Right</answer>"], EpisodeLimits(max_turns=3), n=1)
+    engine, _ = _run(
+        chat,
+        ["bad", "x</think><answer>Right</answer>", "x</think><answer>Right</answer>"],
+        EpisodeLimits(max_turns=3),
+        n=1,
+    )
     second = chat.tokenizer.decode(engine.prompts[1][0])
     assert "Reward: -0.1\nNo valid action provided previously" in second
     assert second.endswith("<|im_start|>assistant\n<think>")
@@ -109,12 +130,17 @@ def test_close_ids_without_model_eos(chat):
     _, trajs = _run(chat, ["x</think><answer>Right</answer>"] * 2, EpisodeLimits(max_turns=2), n=1, eos=False)
     traj = trajs[0]
     end = traj.turns[0].response_end
-    assert traj.token_ids[end:end + len(chat.assistant_close_ids)] == chat.assistant_close_ids
-    assert not any(traj.loss_mask[end:end + len(chat.assistant_close_ids)])
+    assert traj.token_ids[end : end + len(chat.assistant_close_ids)] == chat.assistant_close_ids
+    assert not any(traj.loss_mask[end : end + len(chat.assistant_close_ids)])
 
 
 def test_context_limit_truncates(chat):
-    _, trajs = _run(chat, ["x</think><answer>Left</answer>"] * 5, EpisodeLimits(max_context_tokens=len_first(chat) + 150, max_new_tokens=100), n=1)
+    _, trajs = _run(
+        chat,
+        ["x</think><answer>Left</answer>"] * 5,
+        EpisodeLimits(max_context_tokens=len_first(chat) + 150, max_new_tokens=100),
+        n=1,
+    )
     assert trajs[0].truncated_context and len(trajs[0].turns) == 1
 
 

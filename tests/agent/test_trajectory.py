@@ -1,4 +1,5 @@
 """Right padding of trajectories into [B, T] tensors, by hand."""
+
 from __future__ import annotations
 
 import torch

@@ -222,12 +222,19 @@ def test_estimate_advantages_gae_family_by_hand():
     torch.testing.assert_close(adv, t([[-0.1265, 0.43, 0.6]]))  # as in test_gae_discounted_by_hand
     torch.testing.assert_close(ret, t([[0.3735, 0.63, 1.0]]))
     # whitening changes the advantages only: mean (−.1265 + .43 + .6)/3 = .30117, unbiased variance .144399
-    white, white_ret = estimate_advantages("gae", mask, token_rewards=rewards, values=values, gamma=0.9, lam=0.5,
-                                           whiten_advantages=True)
+    white, white_ret = estimate_advantages(
+        "gae", mask, token_rewards=rewards, values=values, gamma=0.9, lam=0.5, whiten_advantages=True
+    )
     torch.testing.assert_close(white, (adv - 0.9035 / 3) / math.sqrt(0.288797 / 2 + 1e-8), atol=1e-5, rtol=0)
     torch.testing.assert_close(white_ret, ret)
-    adv, ret = estimate_advantages("bilevel_gae", BILEVEL_MASK, token_rewards=BILEVEL_REWARDS, values=BILEVEL_VALUES,
-                                   turn_end_mask=BILEVEL_ENDS, high_level_gamma=0.5)
+    adv, ret = estimate_advantages(
+        "bilevel_gae",
+        BILEVEL_MASK,
+        token_rewards=BILEVEL_REWARDS,
+        values=BILEVEL_VALUES,
+        turn_end_mask=BILEVEL_ENDS,
+        high_level_gamma=0.5,
+    )
     torch.testing.assert_close(adv, t([[0.4, 0.3, 0.2, 0.0, 0.6, 0.5]]))  # as in test_bilevel_gae_by_hand
     torch.testing.assert_close(ret, t([[0.5, 0.5, 0.5, 0.0, 1.0, 1.0]]))
 

@@ -83,9 +83,7 @@ def test_micro_batch_losses_sum_to_the_mini_batch_loss(mode, batch):
     (whole_grad,) = torch.autograd.grad(whole, loss_mat)
     totals = {"num_tokens": mask.sum(), "num_seqs": mask.any(dim=1).sum(), "norm_length": mask.shape[1]}
     cuts = sorted(set(batch[2]) | {0, mask.shape[0]})
-    summed = sum(
-        aggregate_loss(loss_mat[lo:hi], mask[lo:hi], mode, **totals) for lo, hi in zip(cuts[:-1], cuts[1:])
-    )
+    summed = sum(aggregate_loss(loss_mat[lo:hi], mask[lo:hi], mode, **totals) for lo, hi in zip(cuts[:-1], cuts[1:]))
     (summed_grad,) = torch.autograd.grad(summed, loss_mat)
     assert summed.item() == pytest.approx(whole.item(), abs=1e-9)
     torch.testing.assert_close(summed_grad, whole_grad)

@@ -8,8 +8,17 @@ from ragen_lit.config import AlgoConfig, load_config
 # Every preset's resolved `algo` section as it was when the presets still restated every field; the
 # presets are now differences from the `AlgoConfig` defaults and must resolve to exactly these values.
 SHARED = {
-    "gamma": 1.0, "lam": 1.0, "high_level_gamma": 0.95, "clip_low": 0.2, "clip_high": 0.28, "dual_clip": 3.0,
-    "entropy_coef": 0.001, "kl_coef": 0.0, "kl_estimator": "k3", "value_clip": 0.5, "ppo_epochs": 1,
+    "gamma": 1.0,
+    "lam": 1.0,
+    "high_level_gamma": 0.95,
+    "clip_low": 0.2,
+    "clip_high": 0.28,
+    "dual_clip": 3.0,
+    "entropy_coef": 0.001,
+    "kl_coef": 0.0,
+    "kl_estimator": "k3",
+    "value_clip": 0.5,
+    "ppo_epochs": 1,
     "turn_level_rewards": False,
 }
 RESOLVED = {
@@ -39,7 +48,10 @@ def test_presets_name_only_fields_that_differ_from_the_defaults():
 def test_uses_critic():
     assert [uses_critic(a) for a in ADVANTAGE_ESTIMATORS] == [True, True, False, False, False]
     assert [uses_critic(RESOLVED[name]["advantage"]) for name in ("ppo", "dapo", "grpo", "drgrpo")] == [
-        True, True, False, False,
+        True,
+        True,
+        False,
+        False,
     ]
     with pytest.raises(ValueError, match="algo.advantage"):
         uses_critic("a2c")

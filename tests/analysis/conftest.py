@@ -1,6 +1,7 @@
 """A hand-made sweep on disk: 2 grid points x 3 seeds, one sqlite MLflow store per run (the sweep layout),
 plus a plain `fit` run (no tags) in a folder of its own. Every value is chosen so the tests can do the
 arithmetic by hand."""
+
 from __future__ import annotations
 
 import shutil
@@ -28,8 +29,9 @@ def empty_store(tmp_path_factory) -> Path:
     return path
 
 
-def log_run(empty: Path, folder: Path, run_name: str, tags: dict[str, str],
-            metrics: dict[str, list[tuple[int, float]]]) -> None:
+def log_run(
+    empty: Path, folder: Path, run_name: str, tags: dict[str, str], metrics: dict[str, list[tuple[int, float]]]
+) -> None:
     from mlflow.tracking import MlflowClient
 
     folder.mkdir(parents=True)

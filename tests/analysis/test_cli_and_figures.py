@@ -1,4 +1,5 @@
 """`python -m ragen_lit compare` end to end on copies of the hand-made stores, and the shared figures."""
+
 import json
 import math
 import shutil
@@ -68,12 +69,15 @@ def test_no_gradient_figure_without_grad_metrics(solo, tmp_path, capsys):
     assert sorted(p.name for p in (copy / "compare").glob("*.png")) == ["val_success.png"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--baseline", "nope"], "unknown baseline 'nope'"),
-    (["--format", "xml"], "unknown --format 'xml': use one of markdown, csv, json"),
-    (["--metrics", "bogus"], "unknown metric 'bogus'"),
-    (["no-such-run"], "'no-such-run' is neither a path nor a run id, run name or point"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--baseline", "nope"], "unknown baseline 'nope'"),
+        (["--format", "xml"], "unknown --format 'xml': use one of markdown, csv, json"),
+        (["--metrics", "bogus"], "unknown metric 'bogus'"),
+        (["no-such-run"], "'no-such-run' is neither a path nor a run id, run name or point"),
+    ],
+)
 def test_bad_input_is_one_line(sweep, args, message, capsys):
     assert main(["compare", str(sweep), *args]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The comparison table against hand-computed numbers from the sweep in conftest.py."""
+
 import csv
 import io
 import json

@@ -21,18 +21,30 @@ from ragen_lit.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "conf" / "frozenlake.yaml")
 SMALL = [
-    "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=32",
-    "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.num_samples=8",
-    "optim.num_minibatches=1", "optim.micro_batch_size=8", "trainer.iterations=2", "trainer.checkpoint_every=1",
+    "rollout.groups=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=32",
+    "validation.num_envs=4",
+    "validation.every_n_iterations=1",
+    "diagnostics.num_samples=8",
+    "optim.num_minibatches=1",
+    "optim.micro_batch_size=8",
+    "trainer.iterations=2",
+    "trainer.checkpoint_every=1",
 ]
 
 
 def test_expand_grid_is_the_cartesian_product_of_hydra_sweeps():
-    fixed, points = expand_grid(["filter.strategy=none,top_p", "trainer.iterations=3", "filter.value=range(0.5,1.0,0.25)"])
+    fixed, points = expand_grid(
+        ["filter.strategy=none,top_p", "trainer.iterations=3", "filter.value=range(0.5,1.0,0.25)"]
+    )
     assert fixed == ["trainer.iterations=3"]
     assert points == [
-        ["filter.strategy=none", "filter.value=0.5"], ["filter.strategy=none", "filter.value=0.75"],
-        ["filter.strategy=top_p", "filter.value=0.5"], ["filter.strategy=top_p", "filter.value=0.75"],
+        ["filter.strategy=none", "filter.value=0.5"],
+        ["filter.strategy=none", "filter.value=0.75"],
+        ["filter.strategy=top_p", "filter.value=0.5"],
+        ["filter.strategy=top_p", "filter.value=0.75"],
     ]
     assert expand_grid(["env.options.p=choice(0.8,0.9)"])[1] == [["env.options.p=0.8"], ["env.options.p=0.9"]]
     assert expand_grid(["trainer.iterations=3"]) == (["trainer.iterations=3"], [[]])
@@ -51,7 +63,11 @@ def test_labels_and_folders_are_readable_and_safe():
 @pytest.mark.parametrize(
     ("overrides", "seeds", "message"),
     [
-        (["filter.strategy=none,bogus"], 1, "grid point 'filter.strategy=bogus': filter.strategy='bogus' is not allowed"),
+        (
+            ["filter.strategy=none,bogus"],
+            1,
+            "grid point 'filter.strategy=bogus': filter.strategy='bogus' is not allowed",
+        ),
         (["filter.nosuchkey=1,2"], 1, "grid point 'filter.nosuchkey=1': filter.nosuchkey: unknown key"),
         (["nosection.x=1"], 1, "unknown section 'nosection'"),
         (["filter.value=range(0.5"], 1, "sweep grid:"),
@@ -82,8 +98,25 @@ def test_slots_pin_each_run_to_its_own_cores_or_gpu():
 
 
 def test_print_commands_writes_each_runs_config(tmp_path, capsys):
-    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--seeds", "2",
-                 "--print-commands", "filter.strategy=none,top_p", *SMALL]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--config",
+                CONFIG,
+                "--out",
+                str(tmp_path),
+                "--name",
+                "s",
+                "--seeds",
+                "2",
+                "--print-commands",
+                "filter.strategy=none,top_p",
+                *SMALL,
+            ]
+        )
+        == 0
+    )
     commands = capsys.readouterr().out.splitlines()
     assert len(commands) == 4 and all(c.endswith("config.yaml") and " fit --config " in c for c in commands)
     run = tmp_path / "s" / "filter.strategy-top_p-seed1"
@@ -95,8 +128,23 @@ def test_print_commands_writes_each_runs_config(tmp_path, capsys):
 
 def _sweep_command(out: Path, model_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "ragen_lit", "sweep", "--config", CONFIG, "--out", str(out), "--name", "s",
-        "--seeds", "2", "--parallel", "1", "filter.strategy=none,top_p", f"model.path={model_dir}", *SMALL,
+        sys.executable,
+        "-m",
+        "ragen_lit",
+        "sweep",
+        "--config",
+        CONFIG,
+        "--out",
+        str(out),
+        "--name",
+        "s",
+        "--seeds",
+        "2",
+        "--parallel",
+        "1",
+        "filter.strategy=none,top_p",
+        f"model.path={model_dir}",
+        *SMALL,
     ]
 
 
@@ -109,8 +157,14 @@ def _runs(store: Path):
 def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path, tiny_model_dir):
     sweep = tmp_path / "s"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen(_sweep_command(tmp_path, tiny_model_dir), env=env, start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        _sweep_command(tmp_path, tiny_model_dir),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     # kill the whole sweep once one run finished and the next one wrote a checkpoint
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -125,12 +179,18 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
     finished_before = {p.parent.name for p in sweep.glob(f"*/{DONE_MARKER}")}
     resumed = {p.parents[2].name for p in partial}
 
-    second = subprocess.run(_sweep_command(tmp_path, tiny_model_dir), env=env, capture_output=True, text=True, timeout=900)
+    second = subprocess.run(
+        _sweep_command(tmp_path, tiny_model_dir), env=env, capture_output=True, text=True, timeout=900
+    )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"{len(finished_before)} already done" in second.stdout
     runs = sorted(p.name for p in sweep.iterdir())
-    assert runs == ["filter.strategy-none-seed0", "filter.strategy-none-seed1",
-                    "filter.strategy-top_p-seed0", "filter.strategy-top_p-seed1"]
+    assert runs == [
+        "filter.strategy-none-seed0",
+        "filter.strategy-none-seed1",
+        "filter.strategy-top_p-seed0",
+        "filter.strategy-top_p-seed1",
+    ]
     for name in runs:
         folder = sweep / name
         assert (folder / DONE_MARKER).is_file()

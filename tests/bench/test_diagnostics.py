@@ -1,5 +1,6 @@
 """`scripts/bench_diagnostics.py --smoke` (`ragen_lit.bench.diagnostics`): the whole benchmark runs and prints
 its table with finite figures."""
+
 from __future__ import annotations
 
 import math
@@ -25,7 +26,10 @@ def _number(cell: str) -> float:
 def test_smoke_run_prints_every_figure(tiny_model_dir):
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--model-path", str(tiny_model_dir)],
-        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=SCRIPT.parents[1],
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout

@@ -1,5 +1,6 @@
 """`scripts/bench_filter.py` (`ragen_lit.bench.filter`) on a tiny configuration: it runs through the real update
 path and prints its table."""
+
 from __future__ import annotations
 
 import re
@@ -11,10 +12,22 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_filter.py"
 
 
 def test_prints_both_settings_and_a_verdict(tiny_model_dir):
-    overrides = [f"model.path={tiny_model_dir}", "model.name=hf", "rollout.groups=4", "rollout.group_size=4",
-                 "rollout.max_turns=2", "rollout.max_new_tokens=48", "trainer.threads=1"]
-    done = subprocess.run([sys.executable, str(SCRIPT), "--repeats", "1", *overrides],
-                          capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1])
+    overrides = [
+        f"model.path={tiny_model_dir}",
+        "model.name=hf",
+        "rollout.groups=4",
+        "rollout.group_size=4",
+        "rollout.max_turns=2",
+        "rollout.max_new_tokens=48",
+        "trainer.threads=1",
+    ]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--repeats", "1", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=SCRIPT.parents[1],
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert out.startswith("bench_filter  ") and "rollouts=16" in out

@@ -1,4 +1,5 @@
 """`ragen_lit.bench.step`: the FLOP count by hand, and the whole benchmark in --smoke mode (CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -48,11 +49,32 @@ def test_micro_batches_group_rows_by_length_and_trim_each_to_its_longest_sequenc
 def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--engines", "static", "graph", "--hf-static", "--set", "optim.micro_batch_size=2", "--profile", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--smoke",
+            "--engines",
+            "static",
+            "graph",
+            "--hf-static",
+            "--set",
+            "optim.micro_batch_size=2",
+            "--profile",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=SCRIPT.parents[1],
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for label in ("generation (rollout loop)", "update (actor + critic)", "transformers generate", "plain HF labels= update"):
+    for label in (
+        "generation (rollout loop)",
+        "update (actor + critic)",
+        "transformers generate",
+        "plain HF labels= update",
+    ):
         assert label in done.stdout
     res = json.loads(out.read_text())
     # smoke workload: 2 groups x 4 rollouts, 2 turns of at most 8 sampled tokens each
@@ -61,7 +83,9 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     assert 0 < res["workload"]["sampled_tokens"] <= 8 * 2 * 8
     step = res["step"]
     assert step["diagnostics_amortised_s"] == pytest.approx(step["diagnostics_iteration_s"] / 5)
-    parts = step["generation_s"] + step["prepare_s"] + step["update_s"] + step["other_s"] + step["diagnostics_amortised_s"]
+    parts = (
+        step["generation_s"] + step["prepare_s"] + step["update_s"] + step["other_s"] + step["diagnostics_amortised_s"]
+    )
     assert step["step_s"] == pytest.approx(parts)
     assert step["diagnostics_iteration_s"] > 0 and step["update_s"] > 0
     # synthetic reasoning is about as long as the turn (re-encoding the joined text may split a little differently)
@@ -82,8 +106,14 @@ def test_plain_layers_unbinds_compiled_forwards_and_restores_them():
 
     from ragen_lit.models import compile_layers
 
-    config = transformers.Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1)
+    config = transformers.Qwen2Config(
+        vocab_size=50,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     model = transformers.Qwen2ForCausalLM(config)
     compile_layers(model)
     bound = [layer.forward for layer in model.model.layers]

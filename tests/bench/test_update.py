@@ -1,4 +1,5 @@
 """`ragen_lit.bench.update`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,17 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_update.py"
 
 def test_variants_parse_config_keys_and_the_attention_backend():
     assert parse_variant("c16:model.compile=true,optim.micro_batch_size=16,sdpa=flash") == (
-        "c16", ["model.compile=true", "optim.micro_batch_size=16"], "flash"
+        "c16",
+        ["model.compile=true", "optim.micro_batch_size=16"],
+        "flash",
     )
     assert parse_variant("plain:") == ("plain", [], None)
-    for bad, message in (("sdpa=flash", "expected name:"), ("x:sdpa", "is not key=value"), (":a=1", "may not be empty"), ("x:sdpa=fast", "allowed: flash")):
+    for bad, message in (
+        ("sdpa=flash", "expected name:"),
+        ("x:sdpa", "is not key=value"),
+        (":a=1", "may not be empty"),
+        ("x:sdpa=fast", "allowed: flash"),
+    ):
         with pytest.raises(SystemExit, match=message):
             parse_variant(bad)
 
@@ -41,9 +49,24 @@ def test_synthetic_batch_has_the_turn_structure():
 def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
     out = tmp_path / "update.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--repeats", "1", "--profile", "--out", str(out),
-         "--variant", "mb2:optim.micro_batch_size=2", "--variant", "bad:optim.micro_batch_size=0"],
-        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--smoke",
+            "--repeats",
+            "1",
+            "--profile",
+            "--out",
+            str(out),
+            "--variant",
+            "mb2:optim.micro_batch_size=2",
+            "--variant",
+            "bad:optim.micro_batch_size=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=SCRIPT.parents[1],
     )
     assert done.returncode == 1, done.stderr[-3000:]  # the bad variant fails, the report still prints
     assert "| mb2 | optim.micro_batch_size=2 | 2 |" in done.stdout

@@ -1,4 +1,5 @@
 """The request checks every engine runs (`validate_request`); the engines' own tests check they call it."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Tests for the batched transformers rollout engine (`ragen_lit.engines.hf`)."""
+
 from __future__ import annotations
 
 import math
@@ -111,8 +112,14 @@ def test_graph_decoding_samples_what_dynamic_decoding_samples(model, max_batch_s
 def test_graph_decoding_matches_dynamic_decoding_on_other_architectures(architecture):
     # Qwen3 (the embedded tiny model: q/k norms, explicit head_dim) and Llama (untied head)
     torch.manual_seed(0)
-    shape = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2)
+    shape = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     if architecture == "qwen3":
         model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**shape, head_dim=16))
     else:
@@ -176,8 +183,15 @@ def test_graph_slots_stay_within_their_memory_budget():
 
 def test_graph_decoding_refuses_models_it_would_mis_mask():
     config = transformers.Qwen2Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, use_sliding_window=True, sliding_window=16, max_window_layers=1,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=16,
+        max_window_layers=1,
     )
     sliding = transformers.Qwen2ForCausalLM(config)
     with pytest.raises(ValueError, match="sliding-window"):

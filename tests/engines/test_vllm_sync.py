@@ -5,6 +5,7 @@ the mismatch metric, argument checks) run anywhere. The weight-sync proof needs 
 virtualenv (`.ci/vllm_env.sh`): it runs `vllm_sync_check.py` in a subprocess, because in-process
 vLLM takes over its process (torch.distributed, thread settings, seeds).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -67,7 +68,10 @@ def tiny_qwen2(seed: int = 0, tie: bool = True) -> transformers.Qwen2ForCausalLM
             "model.layers.1._fsdp_wrapped_module._checkpoint_wrapped_module.mlp.up_proj.weight",
             "model.layers.1.mlp.up_proj.weight",
         ),
-        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight", "model.layers.0.self_attn.q_proj.weight"),
+        (
+            "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
         ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias", "model.layers.0.self_attn.q_proj.bias"),
         ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", None),
         ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight", None),
@@ -93,7 +97,9 @@ CLEAN_NAMES = [
 @given(
     name=st.sampled_from(CLEAN_NAMES),
     inserts=st.lists(
-        st.tuples(st.integers(0, 10), st.sampled_from(["_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"])),
+        st.tuples(
+            st.integers(0, 10), st.sampled_from(["_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"])
+        ),
         max_size=4,
     ),
     ddp_depth=st.integers(0, 2),
@@ -209,12 +215,16 @@ def test_trainer_weights_push_merged_lora_under_base_names_and_unmerge():
     expected = reference_weights(policy)
     peft_model = PeftLike(policy)
     for i, layer in enumerate(peft_model.lora_layers()):
-        expected[f"model.layers.{i}.self_attn.q_proj.weight"] = layer.base_layer.weight.detach() + layer.delta().detach()
+        expected[f"model.layers.{i}.self_attn.q_proj.weight"] = (
+            layer.base_layer.weight.detach() + layer.delta().detach()
+        )
     pushed = pushed_weights(peft_model)
     assert_same_weights(pushed, expected)
     assert peft_model.merges == 0
     for i, layer in enumerate(peft_model.lora_layers()):
-        torch.testing.assert_close(layer.base_layer.weight, reference_weights(policy)[f"model.layers.{i}.self_attn.q_proj.base_layer.weight"])
+        torch.testing.assert_close(
+            layer.base_layer.weight, reference_weights(policy)[f"model.layers.{i}.self_attn.q_proj.base_layer.weight"]
+        )
 
 
 def test_trainer_weights_unmerge_lora_when_the_push_stops_early():
@@ -357,9 +367,7 @@ def test_bad_gpu_memory_utilization_is_refused_before_starting(model_folder, val
         VLLMEngine(str(model_folder), gpu_memory_utilization=value)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "setting"), [({"dtype": "fp8"}, "dtype"), ({"max_model_len": 0}, "max_model_len")]
-)
+@pytest.mark.parametrize(("kwargs", "setting"), [({"dtype": "fp8"}, "dtype"), ({"max_model_len": 0}, "max_model_len")])
 def test_bad_settings_are_refused_before_starting(model_folder, kwargs, setting):
     with pytest.raises(ValueError, match=setting):
         VLLMEngine(str(model_folder), **kwargs)

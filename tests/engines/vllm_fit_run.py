@@ -4,6 +4,7 @@ this process (vLLM in-process must own it), for `test_vllm_fit.py`.
 `--partial-sync` sabotages the weight sync the way a backend bug would: the MLP weights are never
 pushed, so vLLM keeps sampling with their initial values while the trainer moves on.
 """
+
 from __future__ import annotations
 
 import sys

@@ -12,6 +12,7 @@ engine on the `external_launcher` executor, and writes OUT_DIR/rank{0,1}.json.
 
 Exit code 3 means vllm is not installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,11 +90,17 @@ def expected_layer_weights(policy) -> dict[str, tuple]:
     import torch
 
     p = {name: param.detach().clone() for name, param in policy.named_parameters()}
-    layers = {"model.embed_tokens": (p["model.embed_tokens.weight"], None), "lm_head": (p["model.embed_tokens.weight"], None)}
+    layers = {
+        "model.embed_tokens": (p["model.embed_tokens.weight"], None),
+        "lm_head": (p["model.embed_tokens.weight"], None),
+    }
     for i in range(policy.config.num_hidden_layers):
         at, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         qkv = [f"{at}.{n}_proj" for n in "qkv"]
-        layers[f"{at}.qkv_proj"] = (torch.cat([p[f"{n}.weight"] for n in qkv]), torch.cat([p[f"{n}.bias"] for n in qkv]))
+        layers[f"{at}.qkv_proj"] = (
+            torch.cat([p[f"{n}.weight"] for n in qkv]),
+            torch.cat([p[f"{n}.bias"] for n in qkv]),
+        )
         layers[f"{at}.o_proj"] = (p[f"{at}.o_proj.weight"], None)
         layers[f"{mlp}.gate_up_proj"] = (torch.cat([p[f"{mlp}.gate_proj.weight"], p[f"{mlp}.up_proj.weight"]]), None)
         layers[f"{mlp}.down_proj"] = (p[f"{mlp}.down_proj.weight"], None)
@@ -107,7 +114,11 @@ def kernel_path(layer) -> str:
     if linear is None:
         return "weight tensor (no CPU kernel object)"
     names = set(getattr(getattr(linear, "__code__", None), "co_freevars", ()))
-    for marker, path in (("handler", "oneDNN handle"), ("packed_weight", "sgl-kernel packed copy (AMX)"), ("zen_weight", "zentorch")):
+    for marker, path in (
+        ("handler", "oneDNN handle"),
+        ("packed_weight", "sgl-kernel packed copy (AMX)"),
+        ("zen_weight", "zentorch"),
+    ):
         if marker in names:
             return path
     return "torch linear on the weight tensor"
@@ -239,7 +250,9 @@ def rank_process(rank: int, port: int, out_dir: Path) -> None:
 
     from ragen_lit.engines.base import SamplingParams
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
+    )
     # Left initialised: vLLM tears the default group down itself when the engine shuts down.
     dist.init_process_group("gloo", rank=rank, world_size=2)
     policy = load_policy(out_dir / "policy")

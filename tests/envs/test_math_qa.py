@@ -92,7 +92,9 @@ def test_attempts_run_out(data_path):
 
 def test_parquet(tmp_path):
     path = tmp_path / "qa.parquet"
-    pyarrow.parquet.write_table(pyarrow.table({"question": ["1 + 1?", "2 + 2?"], "answer": ["2", "4"], "x": [0, 1]}), path)
+    pyarrow.parquet.write_table(
+        pyarrow.table({"question": ["1 + 1?", "2 + 2?"], "answer": ["2", "4"], "x": [0, 1]}), path
+    )
     env = MathQAEnv(path=str(path))
     assert env.questions == (("1 + 1?", "2"), ("2 + 2?", "4"))
     env.reset(seed=3)

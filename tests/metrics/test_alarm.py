@@ -1,5 +1,6 @@
 """The template-collapse alarm on hand-written diagnostics streams: MI falling k times with the entropy
 held fires it; a healthy run, noise below the minimum drop and a low-entropy deterministic policy do not."""
+
 from __future__ import annotations
 
 from ragen_lit.config import DiagnosticsConfig
@@ -75,6 +76,8 @@ def test_the_state_survives_a_resume():
 def test_the_config_defaults_are_the_detectors():
     cfg, alarm = DiagnosticsConfig(), CollapseAlarm()
     assert (cfg.collapse_patience, cfg.collapse_entropy_tolerance) == (alarm.patience, alarm.entropy_tolerance)
-    assert alarm.min_drops == {"mi_zscore_ema": cfg.collapse_min_drop,
-                               "retrieval_above_chance": cfg.collapse_min_drop_retrieval}
+    assert alarm.min_drops == {
+        "mi_zscore_ema": cfg.collapse_min_drop,
+        "retrieval_above_chance": cfg.collapse_min_drop_retrieval,
+    }
     assert cfg.on_collapse == "warn"

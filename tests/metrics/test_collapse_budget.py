@@ -1,4 +1,5 @@
 """`diagnostics.max_tokens_per_forward`: 0 resolves by device, a value is kept."""
+
 from __future__ import annotations
 
 import torch
@@ -15,7 +16,9 @@ def test_auto_budget_is_the_cpu_bound_on_cpu_and_a_set_value_wins():
 def test_kv_bytes_per_token_of_the_bench_shape_and_of_configs_without_kv_heads():
     import transformers
 
-    qwen05 = transformers.Qwen2Config(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2)
+    qwen05 = transformers.Qwen2Config(
+        hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2
+    )
     assert kv_bytes_per_token(qwen05, 2) == 2 * 24 * 2 * 64 * 2 == 12288
     mha = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=None)
     assert kv_bytes_per_token(mha, 4) == 2 * 3 * 4 * 16 * 4

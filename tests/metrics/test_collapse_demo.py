@@ -21,6 +21,7 @@ confused), and two batches under the same prompts:
   not give it. A wrong argmax (over rows, or argmin), a marginal without −log N, or a logsumexp over
   the wrong axis breaks these numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,14 @@ def policy():
     try:
         torch.manual_seed(0)
         config = Qwen2Config(
-            vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=4, max_position_embeddings=32, pad_token_id=0,
+            vocab_size=32,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=32,
+            pad_token_id=0,
         )
         model = Qwen2ForCausalLM(config)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -74,7 +81,9 @@ def policy():
 @pytest.fixture(scope="module")
 def prompts_and_target():
     generator = torch.Generator().manual_seed(1)
-    contents = [torch.randint(CONTENT.start, CONTENT.stop, (LENGTH,), generator=generator).tolist() for _ in range(NUM_PROMPTS)]
+    contents = [
+        torch.randint(CONTENT.start, CONTENT.stop, (LENGTH,), generator=generator).tolist() for _ in range(NUM_PROMPTS)
+    ]
     assert len({tuple(c) for c in contents}) == NUM_PROMPTS
     target = torch.arange(NUM_PROMPTS).repeat_interleave(ROWS_PER_PROMPT)  # [R] = [16]
     return contents, [[BOS, *c, THINK] for c in contents], target

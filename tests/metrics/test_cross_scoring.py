@@ -1,5 +1,6 @@
 """cross_score against a naive per-pair full-logits computation on tiny random models: the shared
 prompt-KV-cache path (Qwen2, Qwen3, Llama) and the full-pair fallback (models without a usable cache)."""
+
 from __future__ import annotations
 
 import pytest
@@ -106,8 +107,12 @@ def test_matches_naive_per_pair(kind, max_tokens_per_forward):
 @pytest.mark.parametrize("max_tokens_per_forward", [8192, 30, 1])
 def test_duplicates_and_mixed_lengths_match_naive(kind, prompts, max_tokens_per_forward):
     assert_matches_naive(
-        tiny_model(kind), prompts, MIXED_REASONINGS, max_tokens_per_forward=max_tokens_per_forward,
-        pad_token_id=3, max_tokens_per_chunk=5,
+        tiny_model(kind),
+        prompts,
+        MIXED_REASONINGS,
+        max_tokens_per_forward=max_tokens_per_forward,
+        pad_token_id=3,
+        max_tokens_per_chunk=5,
     )
 
 
@@ -120,10 +125,14 @@ def test_each_distinct_prompt_is_encoded_once_and_reasonings_continue_its_cache(
     # 7 distinct reasonings (longest 13): per prompt, its prefix (all but the last token) once, then its
     # 7 rows [last prompt token | reasoning] over that cache; the one-token prompt has no prefix
     assert forwards == [
-        (1, 15, 0), (7, 14, 15),
-        (1, 11, 0), (7, 14, 11),
-        (1, 8, 0), (7, 14, 8),
-        (1, 4, 0), (7, 14, 4),
+        (1, 15, 0),
+        (7, 14, 15),
+        (1, 11, 0),
+        (7, 14, 11),
+        (1, 8, 0),
+        (7, 14, 8),
+        (1, 4, 0),
+        (7, 14, 4),
         (7, 14, 0),
     ]
 

@@ -1,4 +1,5 @@
 """`metrics.gradient_buckets.row_buckets`: each rollout gets its group's reward-variance bucket."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The MI proxy family against hand-computed cases and an independent float64 reference of ragen2.md §3."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Two gloo processes: rows split over ranks give the single-process result; prompts are all-gathered."""
+
 from __future__ import annotations
 
 import torch

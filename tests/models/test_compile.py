@@ -1,4 +1,5 @@
 """`model.compile`: compiled decoder layers and head give the eager log-probs and gradients."""
+
 from __future__ import annotations
 
 import copy
@@ -15,7 +16,11 @@ from ragen_lit.models import compile_layers
 def tiny_qwen2() -> transformers.Qwen2ForCausalLM:
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
         num_key_value_heads=2,
     )
     return transformers.Qwen2ForCausalLM(config)
@@ -26,7 +31,9 @@ def logprobs_and_grads(model, length: int, compile_head: bool):
     input_ids = torch.randint(0, 300, (3, length), generator=generator)
     attention_mask = torch.ones_like(input_ids)
     attention_mask[0, -4:] = 0  # right padding on one row
-    out = token_logprobs(model, input_ids, attention_mask, with_entropy=True, compile_head=compile_head, max_tokens_per_chunk=16)
+    out = token_logprobs(
+        model, input_ids, attention_mask, with_entropy=True, compile_head=compile_head, max_tokens_per_chunk=16
+    )
     (out.logprobs.sum() + 0.1 * out.entropy.sum()).backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)

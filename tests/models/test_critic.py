@@ -1,4 +1,5 @@
 """`models.Critic`: values aligned with the log-probs, the same with or without padding."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,12 @@ from ragen_lit.models import Critic
 def test_values_of_padded_rows_equal_values_of_each_row_alone(left):
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
     )
     critic = Critic(transformers.Qwen2Model(config), config.hidden_size).eval()
     torch.nn.init.normal_(critic.value_head.weight)
@@ -36,14 +42,20 @@ def test_the_backbone_runs_without_a_kv_cache():
     """A cache would cost a copy of every layer's keys and values, and `model.compile` runs cached
     calls eagerly: the critic's update would then never use the compiled layers."""
     config = transformers.Qwen2Config(
-        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
     )
     assert config.use_cache  # the default a loaded backbone comes with
     critic = Critic(transformers.Qwen2Model(config), config.hidden_size)
     caches = []
     for layer in critic.backbone.layers:
         layer.register_forward_pre_hook(
-            lambda module, args, kwargs: caches.append(kwargs.get("past_key_values", kwargs.get("cache"))), with_kwargs=True
+            lambda module, args, kwargs: caches.append(kwargs.get("past_key_values", kwargs.get("cache"))),
+            with_kwargs=True,
         )
     critic(torch.tensor([[1, 2, 3, 4]]), torch.ones(1, 4, dtype=torch.bool)).sum().backward()
     assert len(caches) == 2 and all(cache is None for cache in caches)

@@ -1,4 +1,5 @@
 """One name -> dtype mapping (`models.DTYPES`); every place that takes a dtype name accepts a subset of it."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ train start (after any checkpoint restore) and at train end, its inference polic
 actor optimizer's step count, plus per iteration the filter statistics (computed from all ranks'
 rewards) and how many rows it kept itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,8 @@ import torch
 import torch.distributed as dist
 
 from ragen_lit import cli
-from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.parallel.collectives import full_tensor
+from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule
 
 OUT = Path(os.environ["RAGEN_LIT_PROBE_DIR"])

@@ -1,4 +1,5 @@
 """Collectives shared by the trainer, the engines and the diagnostics: alone, and over two gloo processes."""
+
 from __future__ import annotations
 
 import torch

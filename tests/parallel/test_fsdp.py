@@ -12,6 +12,7 @@ all (every forward and backward of rank 1 is a dummy).
 CI runs it on CPU with gloo. On a machine with 2 GPUs, `RAGEN_LIT_FSDP_TEST_DEVICE=cuda` runs the same
 check with NCCL (reference on cuda:0, rank r on cuda:r).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,8 @@ import os
 import pytest
 import torch
 
-from ragen_lit.training.batch import select_rows
 from ragen_lit.config import load_config
+from ragen_lit.training.batch import select_rows
 
 ROWS = 6
 SPLITS = {"A": ([0, 1, 2, 3], [4, 5]), "B": ([0, 1, 2, 3, 4, 5], [])}
@@ -30,10 +31,20 @@ DEVICE = os.environ.get("RAGEN_LIT_FSDP_TEST_DEVICE", "cpu")
 
 
 def _cfg(model_dir, *extra):
-    return load_config(None, [
-        f"model.path={model_dir}", "model.dtype=float32", "algo=ppo", "algo.kl_coef=0.05", "algo.entropy_coef=0.01",
-        "optim.micro_batch_size=2", "optim.grad_clip=0.05", "trainer.threads=1", *extra,
-    ])
+    return load_config(
+        None,
+        [
+            f"model.path={model_dir}",
+            "model.dtype=float32",
+            "algo=ppo",
+            "algo.kl_coef=0.05",
+            "algo.entropy_coef=0.01",
+            "optim.micro_batch_size=2",
+            "optim.grad_clip=0.05",
+            "trainer.threads=1",
+            *extra,
+        ],
+    )
 
 
 def _raw_batch(pad_token_id: int, vocab: int) -> dict[str, torch.Tensor]:
@@ -47,9 +58,14 @@ def _raw_batch(pad_token_id: int, vocab: int) -> dict[str, torch.Tensor]:
     last = torch.nn.functional.one_hot(lengths - 1, T).bool()
     scores = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.2])
     return {
-        "input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
-        "sample_logprobs": torch.zeros(ROWS, T), "token_rewards": last.float() * scores[:, None],
-        "turn_end_mask": last, "scores": scores, "group_ids": torch.tensor([0, 0, 1, 1, 2, 2]),
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "loss_mask": loss_mask,
+        "sample_logprobs": torch.zeros(ROWS, T),
+        "token_rewards": last.float() * scores[:, None],
+        "turn_end_mask": last,
+        "scores": scores,
+        "group_ids": torch.tensor([0, 0, 1, 1, 2, 2]),
     }
 
 
@@ -81,8 +97,12 @@ def _reference(cfg, device: torch.device) -> dict:
     buckets = module.gradient_bucket_norms(prepared, BUCKETS, 3)
     module.update(prepared, *_sgd(module))
     return {
-        "raw": raw, "prepared": _to(prepared, "cpu"), "buckets": buckets, "stats": module.pop_step_stats(),
-        "policy": _full_weights(module.policy), "critic": _full_weights(module.critic),
+        "raw": raw,
+        "prepared": _to(prepared, "cpu"),
+        "buckets": buckets,
+        "stats": module.pop_step_stats(),
+        "policy": _full_weights(module.policy),
+        "critic": _full_weights(module.critic),
     }
 
 
@@ -159,7 +179,9 @@ def test_fsdp_config_checks():
 
     with pytest.raises(ConfigError, match="needs trainer.strategy=fsdp"):
         load_config(None, ["trainer.fsdp_param_dtype=bfloat16"])
-    cfg = load_config(None, ["trainer.strategy=fsdp", "trainer.fsdp_param_dtype=bfloat16", "trainer.fsdp_reduce_dtype=float32"])
+    cfg = load_config(
+        None, ["trainer.strategy=fsdp", "trainer.fsdp_param_dtype=bfloat16", "trainer.fsdp_reduce_dtype=float32"]
+    )
     from ragen_lit.cli import _strategy
     from ragen_lit.parallel.strategy import FSDPStrategy
 

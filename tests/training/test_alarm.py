@@ -1,5 +1,6 @@
 """`diagnostics.on_collapse`: the callback warns once per firing, logs collapse/alarm on diagnostics iterations
 only, and with `stop` ends a real fit cleanly at the firing iteration, its checkpoint written and resumable."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,9 +35,16 @@ def _trainer(mode="warn", checkpoint_every=5, **diagnostics):
         setattr(cfg.diagnostics, key, value)
     saved = []
     trainer = SimpleNamespace(
-        callbacks=[IterationLogger()], loggers=[_Recorder()], is_global_zero=True, should_stop=False, current_epoch=0,
-        checkpoint_callback=SimpleNamespace(CHECKPOINT_NAME_LAST="last", last_model_path="",
-                                            format_checkpoint_name=lambda metrics, name: f"ckpts/{name}.ckpt"),
+        callbacks=[IterationLogger()],
+        loggers=[_Recorder()],
+        is_global_zero=True,
+        should_stop=False,
+        current_epoch=0,
+        checkpoint_callback=SimpleNamespace(
+            CHECKPOINT_NAME_LAST="last",
+            last_model_path="",
+            format_checkpoint_name=lambda metrics, name: f"ckpts/{name}.ckpt",
+        ),
         save_checkpoint=lambda path: saved.append((trainer.current_epoch, str(path))),
     )
     return CollapseAlarmCallback(cfg), trainer, saved
@@ -52,10 +60,14 @@ def _iterations(callback, trainer, entries):
 def test_warn_logs_every_diagnostics_iteration_and_prints_once_until_it_clears(capsys):
     callback, trainer, saved = _trainer(collapse_patience=1)
     # z: 2 (no fall yet), no diagnostics, 1 (fires), 0 (still on: no new line), 3 (clears), 2 (fires again)
-    _iterations(callback, trainer, [{Z: 2.0, H: 1.0}, {}, {Z: 1.0, H: 1.0}, {Z: 0.0, H: 1.0}, {Z: 3.0, H: 1.0},
-                                    {Z: 2.0, H: 1.0}])
-    assert trainer.loggers[0].logged == [(step, {"collapse/alarm": value})
-                                         for step, value in [(1, 0.0), (3, 1.0), (4, 1.0), (5, 0.0), (6, 1.0)]]
+    _iterations(
+        callback,
+        trainer,
+        [{Z: 2.0, H: 1.0}, {}, {Z: 1.0, H: 1.0}, {Z: 0.0, H: 1.0}, {Z: 3.0, H: 1.0}, {Z: 2.0, H: 1.0}],
+    )
+    assert trainer.loggers[0].logged == [
+        (step, {"collapse/alarm": value}) for step, value in [(1, 0.0), (3, 1.0), (4, 1.0), (5, 0.0), (6, 1.0)]
+    ]
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
     assert len(lines) == 2 and lines[0].startswith("warning: template collapse at iteration 3")
     assert "2 -> 1 over 1 diagnostics" in lines[0] and "iteration 6" in lines[1]
@@ -81,11 +93,17 @@ def test_the_callback_must_follow_iteration_logger():
         callback.on_train_epoch_end(trainer, None)  # the logger has not recorded this iteration
 
 
-@pytest.mark.parametrize("override, message", [
-    ("diagnostics.on_collapse=halt", "diagnostics.on_collapse='halt' is not allowed; choose one of: warn, stop, off"),
-    ("diagnostics.collapse_patience=0", "diagnostics.collapse_patience=0 is out of range; it must be >= 1"),
-    ("diagnostics.collapse_entropy_tolerance=1.5", "diagnostics.collapse_entropy_tolerance=1.5 is out of range"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "diagnostics.on_collapse=halt",
+            "diagnostics.on_collapse='halt' is not allowed; choose one of: warn, stop, off",
+        ),
+        ("diagnostics.collapse_patience=0", "diagnostics.collapse_patience=0 is out of range; it must be >= 1"),
+        ("diagnostics.collapse_entropy_tolerance=1.5", "diagnostics.collapse_entropy_tolerance=1.5 is out of range"),
+    ],
+)
 def test_bad_alarm_settings_are_refused_in_one_line(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(str(ROOT / "conf" / "frozenlake.yaml"), [override])
@@ -100,15 +118,29 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
         return {**compute(self, policy, chat, trajectories, iteration, temperature), Z: 3.0 - iteration, H: 2.0}
 
     monkeypatch.setattr(CollapseDiagnostics, "maybe_compute", falling_mi)
-    small = [f"model.path={tiny_model_dir}", f"logging.output_dir={tmp_path}", "rollout.groups=2",
-             "rollout.group_size=4", "rollout.max_turns=1", "rollout.max_new_tokens=32", "validation.num_envs=0",
-             "trainer.threads=1", "diagnostics.every_n_iterations=1", "diagnostics.num_samples=4",
-             "diagnostics.trajectory=false", "optim.micro_batch_size=4", "diagnostics.on_collapse=stop",
-             "diagnostics.collapse_patience=2"]
+    small = [
+        f"model.path={tiny_model_dir}",
+        f"logging.output_dir={tmp_path}",
+        "rollout.groups=2",
+        "rollout.group_size=4",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=32",
+        "validation.num_envs=0",
+        "trainer.threads=1",
+        "diagnostics.every_n_iterations=1",
+        "diagnostics.num_samples=4",
+        "diagnostics.trajectory=false",
+        "optim.micro_batch_size=4",
+        "diagnostics.on_collapse=stop",
+        "diagnostics.collapse_patience=2",
+    ]
     # z = 3, 2, 1 at iterations 1-3: the second fall (drop 2 > 0.5) fires at iteration 3 of 6; ModelCheckpoint
     # saves at iteration 2 only, so without the alarm's own save last.ckpt would hold iteration 2
-    summary = fit(load_config(str(ROOT / "conf" / "frozenlake.yaml"),
-                              [*small, "trainer.iterations=6", "trainer.checkpoint_every=2"]))
+    summary = fit(
+        load_config(
+            str(ROOT / "conf" / "frozenlake.yaml"), [*small, "trainer.iterations=6", "trainer.checkpoint_every=2"]
+        )
+    )
     assert summary["iterations"] == 3
     checkpoints = next(tmp_path.glob("frozenlake-*")) / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-epoch=0001.ckpt", "last.ckpt"]
@@ -122,8 +154,9 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
 
     # resume: the restored window [2, 1, 0] keeps the alarm on at iteration 4 (a fresh one would hold one value),
     # which is no new firing, so the run goes on to its end
-    summary = fit(load_config(str(ROOT / "conf" / "frozenlake.yaml"),
-                              [*small, "trainer.iterations=4", "trainer.resume=last"]))
+    summary = fit(
+        load_config(str(ROOT / "conf" / "frozenlake.yaml"), [*small, "trainer.iterations=4", "trainer.resume=last"])
+    )
     assert summary["iterations"] == 4
     history = mlflow.tracking.MlflowClient().get_metric_history(run["run_id"], "collapse/alarm")
     assert sorted((m.step, m.value) for m in history)[-1] == (4, 1.0)

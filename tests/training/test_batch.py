@@ -1,4 +1,5 @@
 """Micro-batching: `merge_micro_batches` undoes `micro_batches` (rows back in place, padded to the batch's width)."""
+
 from __future__ import annotations
 
 import torch

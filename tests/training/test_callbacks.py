@@ -1,4 +1,5 @@
 """`IterationLogger`'s empty-filter stop rule: the streak is the callback's own state and survives a resume."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,8 +9,11 @@ from ragen_lit.training.callbacks import IterationLogger
 
 def _iteration(logger: IterationLogger, empty: bool, epoch: int, limit: int = 3):
     trainer = SimpleNamespace(
-        datamodule=SimpleNamespace(iteration_metrics={"filter/empty": float(empty)}), loggers=[],
-        current_epoch=epoch, is_global_zero=True, should_stop=False,
+        datamodule=SimpleNamespace(iteration_metrics={"filter/empty": float(empty)}),
+        loggers=[],
+        current_epoch=epoch,
+        is_global_zero=True,
+        should_stop=False,
     )
     module = SimpleNamespace(pop_step_stats=dict, cfg=SimpleNamespace(filter=SimpleNamespace(empty_stop_steps=limit)))
     logger.on_train_epoch_start(trainer, module)

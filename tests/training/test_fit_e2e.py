@@ -1,6 +1,7 @@
 """`fit` end to end on the tiny model: metrics reach MLflow, checkpoints exist, resume continues,
 every algorithm preset and every shipped recipe trains, an all-empty filter stops the run cleanly,
 2 gloo ranks train together with DDP and with FSDP (which also resumes)."""
+
 import json
 import os
 import subprocess
@@ -16,14 +17,24 @@ from ragen_lit.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
-    "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=48",
-    "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.every_n_iterations=1",
-    "diagnostics.num_samples=8", "optim.num_minibatches=2", "optim.micro_batch_size=4", "trainer.threads=1",
+    "rollout.groups=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=48",
+    "validation.num_envs=4",
+    "validation.every_n_iterations=1",
+    "diagnostics.every_n_iterations=1",
+    "diagnostics.num_samples=8",
+    "optim.num_minibatches=2",
+    "optim.micro_batch_size=4",
+    "trainer.threads=1",
 ]
 
 
 def _cfg(tmp_path, model_dir, *extra, config="frozenlake.yaml"):
-    return load_config(str(ROOT / "conf" / config), [f"model.path={model_dir}", f"logging.output_dir={tmp_path}", *SMALL, *extra])
+    return load_config(
+        str(ROOT / "conf" / config), [f"model.path={model_dir}", f"logging.output_dir={tmp_path}", *SMALL, *extra]
+    )
 
 
 def _runs(tmp_path):
@@ -32,13 +43,26 @@ def _runs(tmp_path):
 
 
 def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
-    summary = fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=2", "logging.save_rollouts=true", "trainer.checkpoint_every=1"))
+    summary = fit(
+        _cfg(
+            tmp_path, tiny_model_dir, "trainer.iterations=2", "logging.save_rollouts=true", "trainer.checkpoint_every=1"
+        )
+    )
     assert summary["iterations"] == 2
     runs = _runs(tmp_path)
     assert len(runs) == 1
     row = runs.iloc[0]
-    for key in ("rollout/success", "rollout/reward", "filter/kept_ratio", "val/success", "actor/entropy",
-                "time/generation_s", "summary/val_success_final", "summary/wall_time_s", "collapse/valid_reasoning_rate"):
+    for key in (
+        "rollout/success",
+        "rollout/reward",
+        "filter/kept_ratio",
+        "val/success",
+        "actor/entropy",
+        "time/generation_s",
+        "summary/val_success_final",
+        "summary/wall_time_s",
+        "collapse/valid_reasoning_rate",
+    ):
         assert f"metrics.{key}" in runs.columns, key
     assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
     run_dir = next(tmp_path.glob("frozenlake-grpo-*"))
@@ -59,8 +83,19 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
 
     # `diagnose` reads what `fit` wrote
     proc = subprocess.run(
-        [sys.executable, "-m", "ragen_lit", "diagnose", "--model", str(tiny_model_dir), "--rollouts", str(rollouts[-1])],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ragen_lit",
+            "diagnose",
+            "--model",
+            str(tiny_model_dir),
+            "--rollouts",
+            str(rollouts[-1]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "retrieval" in proc.stdout
@@ -68,8 +103,18 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("preset", ["ppo", "dapo", "grpo", "drgrpo"])
 def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
-    summary = fit(_cfg(tmp_path, tiny_model_dir, f"algo={preset}", "trainer.iterations=2", "filter.strategy=none",
-                       "validation.num_envs=0", "rollout.max_turns=1", "diagnostics.every_n_iterations=0"))
+    summary = fit(
+        _cfg(
+            tmp_path,
+            tiny_model_dir,
+            f"algo={preset}",
+            "trainer.iterations=2",
+            "filter.strategy=none",
+            "validation.num_envs=0",
+            "rollout.max_turns=1",
+            "diagnostics.every_n_iterations=0",
+        )
+    )
     assert summary["iterations"] == 2
     row = _runs(tmp_path).iloc[0]
     assert row["params.algo.name"] == preset
@@ -79,22 +124,53 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
 
 @pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))
 def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
-    summary = fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=1", "validation.num_envs=2", "diagnostics.num_samples=4", config=config))
+    summary = fit(
+        _cfg(
+            tmp_path,
+            tiny_model_dir,
+            "trainer.iterations=1",
+            "validation.num_envs=2",
+            "diagnostics.num_samples=4",
+            config=config,
+        )
+    )
     assert summary["iterations"] == 1
 
 
 def test_all_empty_filter_stops_cleanly(tmp_path, tiny_model_dir):
     # one rollout per group: every group has zero reward variance, linear top-p keeps nothing
-    summary = fit(_cfg(tmp_path, tiny_model_dir, "rollout.group_size=1", "trainer.iterations=10", "filter.empty_stop_steps=2", "validation.num_envs=0"))
+    summary = fit(
+        _cfg(
+            tmp_path,
+            tiny_model_dir,
+            "rollout.group_size=1",
+            "trainer.iterations=10",
+            "filter.empty_stop_steps=2",
+            "validation.num_envs=0",
+        )
+    )
     assert summary["iterations"] == 2
     row = _runs(tmp_path).iloc[0]
     assert row["metrics.filter/empty"] == 1.0 and "metrics.actor/pg_loss" not in row.index
 
 
 def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
-    cmd = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"),
-           f"model.path={tiny_model_dir}", f"logging.output_dir={tmp_path}", *SMALL,
-           "trainer.iterations=2", "trainer.strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "rollout.groups=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ragen_lit",
+        "fit",
+        "--config",
+        str(ROOT / "conf" / "frozenlake.yaml"),
+        f"model.path={tiny_model_dir}",
+        f"logging.output_dir={tmp_path}",
+        *SMALL,
+        "trainer.iterations=2",
+        "trainer.strategy=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "rollout.groups=4",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = _runs(tmp_path)
@@ -102,13 +178,30 @@ def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
     assert len(list(tmp_path.glob("frozenlake-*"))) == 1  # both ranks used rank 0's run folder
 
 
-FSDP = ["trainer.strategy=fsdp", "trainer.accelerator=cpu", "algo=ppo", "algo.kl_coef=0.01", "diagnostics.gradient_buckets=true"]
+FSDP = [
+    "trainer.strategy=fsdp",
+    "trainer.accelerator=cpu",
+    "algo=ppo",
+    "algo.kl_coef=0.01",
+    "diagnostics.gradient_buckets=true",
+]
 
 
 def _probe_fit(tmp_path, model_dir, probe_dir, *extra, devices=2):
     """`fit` through tests/parallel/fsdp_fit_probe.py: returns what each rank recorded (see that script)."""
-    cmd = [sys.executable, str(ROOT / "tests" / "parallel" / "fsdp_fit_probe.py"), "fit", "--config", str(ROOT / "conf" / "frozenlake.yaml"),
-           f"model.path={model_dir}", f"logging.output_dir={tmp_path}", *SMALL, *FSDP, f"trainer.devices={devices}", *extra]
+    cmd = [
+        sys.executable,
+        str(ROOT / "tests" / "parallel" / "fsdp_fit_probe.py"),
+        "fit",
+        "--config",
+        str(ROOT / "conf" / "frozenlake.yaml"),
+        f"model.path={model_dir}",
+        f"logging.output_dir={tmp_path}",
+        *SMALL,
+        *FSDP,
+        f"trainer.devices={devices}",
+        *extra,
+    ]
     env = {**os.environ, "RAGEN_LIT_PROBE_DIR": str(probe_dir)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -150,7 +243,9 @@ def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
         assert torch.equal(saved[f"policy.{key}"], value), key
 
     # resume=last: restores weights and optimizer state, continues at iteration 3 in the same MLflow run
-    second = _probe_fit(tmp_path, tiny_model_dir, tmp_path / "probe2", "trainer.iterations=3", "rollout.groups=4", "trainer.resume=last")
+    second = _probe_fit(
+        tmp_path, tiny_model_dir, tmp_path / "probe2", "trainer.iterations=3", "rollout.groups=4", "trainer.resume=last"
+    )
     for rank in second:
         _assert_same_weights(rank["start"]["weights"], end)
         assert rank["start"]["optimizer_step"] == first[0]["end"]["optimizer_step"]
@@ -158,13 +253,24 @@ def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
     _assert_same_weights(second[0]["end"]["weights"], second[1]["end"]["weights"])
     runs = _runs(tmp_path)
     assert len(runs) == 1
-    steps = sorted(m.step for m in mlflow.tracking.MlflowClient().get_metric_history(runs.iloc[0]["run_id"], "rollout/success"))
+    steps = sorted(
+        m.step for m in mlflow.tracking.MlflowClient().get_metric_history(runs.iloc[0]["run_id"], "rollout/success")
+    )
     assert steps == [1, 2, 3]
 
 
 def test_fsdp_on_one_rank_fits(tmp_path, tiny_model_dir):
     """trainer.strategy=fsdp with one device is a valid (unsharded) run, not an error."""
-    (rank,) = _probe_fit(tmp_path, tiny_model_dir, tmp_path / "probe", "trainer.iterations=1", "validation.num_envs=0",
-                         "diagnostics.every_n_iterations=0", "diagnostics.gradient_buckets=false", "filter.strategy=none", devices=1)
+    (rank,) = _probe_fit(
+        tmp_path,
+        tiny_model_dir,
+        tmp_path / "probe",
+        "trainer.iterations=1",
+        "validation.num_envs=0",
+        "diagnostics.every_n_iterations=0",
+        "diagnostics.gradient_buckets=false",
+        "filter.strategy=none",
+        devices=1,
+    )
     assert rank["end"]["optimizer_step"] > 0
     assert _runs(tmp_path).iloc[0]["metrics.summary/iterations"] == 1

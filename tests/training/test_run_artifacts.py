@@ -1,5 +1,6 @@
 """What a `fit` leaves in MLflow besides metrics: artifacts under `<output_dir>/artifacts` (never `./mlruns`),
 and the run's own figures under `figures/`; a figure whose metrics are missing is skipped, not an error."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,9 +19,17 @@ ALL_FIGURES = {"success.png", "kept_ratio_rv.png", "mi_vs_entropy.png", "gradien
 
 def _history(n: int = 3) -> list[dict[str, float]]:
     return [
-        {"iteration": i, "rollout/success": 0.1 * i, "filter/kept_ratio": 0.5, "filter/rv_cv": 0.3 + 0.1 * i,
-         "collapse/first_turn/cond_entropy": 2.0 - 0.2 * i, "collapse/first_turn/retrieval_acc": 0.4 + 0.1 * i,
-         "grad/task_norm/q1": 1.0, "grad/task_norm/q2": 2.0, "grad/reg_norm/q2": 0.5}
+        {
+            "iteration": i,
+            "rollout/success": 0.1 * i,
+            "filter/kept_ratio": 0.5,
+            "filter/rv_cv": 0.3 + 0.1 * i,
+            "collapse/first_turn/cond_entropy": 2.0 - 0.2 * i,
+            "collapse/first_turn/retrieval_acc": 0.4 + 0.1 * i,
+            "grad/task_norm/q1": 1.0,
+            "grad/task_norm/q2": 2.0,
+            "grad/reg_norm/q2": 0.5,
+        }
         for i in range(1, n + 1)
     ]
 
@@ -53,13 +62,26 @@ def test_fit_keeps_artifacts_under_its_output_dir_and_logs_its_figures(tmp_path,
     cwd, out = tmp_path / "elsewhere", tmp_path / "out"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    cfg = load_config(str(ROOT / "conf" / "frozenlake.yaml"), [
-        f"model.path={tiny_model_dir}", f"logging.output_dir={out}", "trainer.iterations=2", "trainer.threads=1",
-        "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=48",
-        "validation.num_envs=4", "validation.every_n_iterations=1", "diagnostics.every_n_iterations=1",
-        "diagnostics.num_samples=8", "diagnostics.gradient_buckets=true", "optim.num_minibatches=2",
-        "optim.micro_batch_size=4",
-    ])
+    cfg = load_config(
+        str(ROOT / "conf" / "frozenlake.yaml"),
+        [
+            f"model.path={tiny_model_dir}",
+            f"logging.output_dir={out}",
+            "trainer.iterations=2",
+            "trainer.threads=1",
+            "rollout.groups=2",
+            "rollout.group_size=4",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens=48",
+            "validation.num_envs=4",
+            "validation.every_n_iterations=1",
+            "diagnostics.every_n_iterations=1",
+            "diagnostics.num_samples=8",
+            "diagnostics.gradient_buckets=true",
+            "optim.num_minibatches=2",
+            "optim.micro_batch_size=4",
+        ],
+    )
     fit(cfg)
     assert list(cwd.iterdir()) == []  # no ./mlruns, nothing else either
     assert len(list((out / "artifacts").glob("*/artifacts/summary.json"))) == 1

@@ -1,32 +1,44 @@
 """`AgentRLModule.prepare_batch` / `update` on real rollouts: micro-batches are grouped by length, which
 must neither reorder the per-row results nor change the gradient."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
 
-from ragen_lit.training.batch import collate
 from ragen_lit.config import load_config
-from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.logprobs import token_logprobs
+from ragen_lit.training.batch import collate
+from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule, attach_fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module_and_batch(tiny_model_dir, tmp_path):
-    cfg = load_config(ROOT / "conf" / "frozenlake.yaml", [
-        f"model.path={tiny_model_dir}", "model.name=hf", "rollout.groups=2", "rollout.group_size=4",
-        "rollout.max_turns=3", "rollout.max_new_tokens=32", f"logging.output_dir={tmp_path}", "trainer.threads=1",
-    ])
+    cfg = load_config(
+        ROOT / "conf" / "frozenlake.yaml",
+        [
+            f"model.path={tiny_model_dir}",
+            "model.name=hf",
+            "rollout.groups=2",
+            "rollout.group_size=4",
+            "rollout.max_turns=3",
+            "rollout.max_new_tokens=32",
+            f"logging.output_dir={tmp_path}",
+            "trainer.threads=1",
+        ],
+    )
     torch.manual_seed(0)
     module = attach_fabric(AgentRLModule(cfg))  # `update` without a Trainer
     data = RolloutDataModule(cfg)
     seeds, groups = data.train_seeds(0)
     batch = collate(data.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=0), module.pad_token_id)
     lengths = batch["attention_mask"].sum(-1)
-    assert not torch.equal(torch.argsort(lengths, descending=True, stable=True), torch.arange(len(lengths)))  # grouping reorders
+    assert not torch.equal(
+        torch.argsort(lengths, descending=True, stable=True), torch.arange(len(lengths))
+    )  # grouping reorders
     return module, batch
 
 
@@ -36,8 +48,13 @@ def test_prepare_batch_returns_every_row_in_its_own_place(tiny_model_dir, tmp_pa
     module.prepare_batch(batch, keep_ratio=1.0)
     module.policy.eval()
     with torch.no_grad():
-        expected = token_logprobs(module.policy, batch["input_ids"], batch["attention_mask"],
-                                  temperature=module.cfg.rollout.temperature, score_mask=batch["loss_mask"]).logprobs
+        expected = token_logprobs(
+            module.policy,
+            batch["input_ids"],
+            batch["attention_mask"],
+            temperature=module.cfg.rollout.temperature,
+            score_mask=batch["loss_mask"],
+        ).logprobs
     torch.testing.assert_close(batch["old_logprobs"], expected, atol=1e-5, rtol=0)
 
 

@@ -7,9 +7,10 @@ tokenizer's own chat template and checking that the template is prefix-preservin
 conversation only appends text). Templates that rewrite history (e.g. ones that drop earlier `<think>`
 blocks) are refused with a clear error instead of silently training on tokens the model never saw.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ragen_lit.agent.prompts import THINK_OPEN
 
@@ -29,20 +30,29 @@ class ChatFormat:
         system = {"role": "system", "content": "S"}
         user = {"role": "user", "content": "U"}
         first = self._render([system, user], generation_prompt=True)
-        closed = self._render([system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}], generation_prompt=False)
-        if not closed.startswith(first) or not closed[len(first):].startswith(_ASSISTANT_PROBE):
+        closed = self._render(
+            [system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}], generation_prompt=False
+        )
+        if not closed.startswith(first) or not closed[len(first) :].startswith(_ASSISTANT_PROBE):
             raise ValueError(
                 "the chat template is not prefix-preserving (an assistant turn does not extend the generation "
                 "prompt); token-in/token-out rollouts need one that is"
             )
-        self.assistant_close = closed[len(first) + len(_ASSISTANT_PROBE):]
+        self.assistant_close = closed[len(first) + len(_ASSISTANT_PROBE) :]
         followed = self._render(
-            [system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}, {"role": "user", "content": _USER_PROBE}],
+            [
+                system,
+                user,
+                {"role": "assistant", "content": _ASSISTANT_PROBE},
+                {"role": "user", "content": _USER_PROBE},
+            ],
             generation_prompt=True,
         )
-        if not followed.startswith(closed) or _USER_PROBE not in followed[len(closed):]:
-            raise ValueError("the chat template rewrites earlier turns; token-in/token-out rollouts need one that does not")
-        self._user_before, self._user_after = followed[len(closed):].split(_USER_PROBE)
+        if not followed.startswith(closed) or _USER_PROBE not in followed[len(closed) :]:
+            raise ValueError(
+                "the chat template rewrites earlier turns; token-in/token-out rollouts need one that does not"
+            )
+        self._user_before, self._user_after = followed[len(closed) :].split(_USER_PROBE)
         self.assistant_close_ids = self.encode(self.assistant_close)
         self.think_open_ids = self.encode(THINK_OPEN)
 

@@ -4,6 +4,7 @@ The generation prompt already ends with `<think>`, so the text parsed here is th
 Malformed responses (missing or unordered tags) yield no reasoning and no actions; the rollout loop
 then charges the format penalty (ragen2.md §2).
 """
+
 from __future__ import annotations
 
 import re
@@ -12,7 +13,12 @@ from dataclasses import dataclass, field
 from ragen_lit.agent.prompts import ACTION_SEPARATOR, ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 
 _RESPONSE = re.compile(
-    r"^(?P<reasoning>.*?)" + re.escape(THINK_CLOSE) + r"\s*" + re.escape(ANSWER_OPEN) + r"(?P<answer>.*?)" + re.escape(ANSWER_CLOSE),
+    r"^(?P<reasoning>.*?)"
+    + re.escape(THINK_CLOSE)
+    + r"\s*"
+    + re.escape(ANSWER_OPEN)
+    + r"(?P<answer>.*?)"
+    + re.escape(ANSWER_CLOSE),
     re.DOTALL,
 )
 

@@ -6,9 +6,10 @@ states the task and the action set; every user message carries the previous turn
 The assistant answers `<think>…</think><answer>A || B</answer>`; the generation prompt ends with the
 opening `<think>` so that X (the prompt) ends exactly where the reasoning Z starts (ragen2.md §2).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -24,10 +25,7 @@ def system_prompt(instruction: str, actions: Sequence[str] | None, max_actions_p
     if actions:
         text += "Your available actions are: " + ", ".join(actions) + ".\n"
         if max_actions_per_turn > 1:
-            text += (
-                f"You can make up to {max_actions_per_turn} actions per turn, "
-                f'separated by "{ACTION_SEPARATOR}".\n'
-            )
+            text += f'You can make up to {max_actions_per_turn} actions per turn, separated by "{ACTION_SEPARATOR}".\n'
     return text
 
 

@@ -5,10 +5,11 @@ the trajectory unchanged (token-in/token-out), the text is parsed into actions, 
 executed in the env, and the env's reply is appended as the next user message. The training sequence
 is therefore exactly the ids the policy saw and sampled, with the loss mask on sampled ids only.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.parsing import parse_response
@@ -39,7 +40,11 @@ def rollout(
     """Run one episode per (seed, group) pair with `engine`; returns the trajectories in input order."""
     tokenizer = chat.tokenizer
     envs = [make_env() for _ in seeds]
-    stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int) and i >= 0]
+    stop_ids = [
+        i
+        for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        if isinstance(i, int) and i >= 0
+    ]
     params = SamplingParams(
         max_new_tokens=limits.max_new_tokens,
         temperature=sampling.temperature,
@@ -53,13 +58,18 @@ def rollout(
     observations: list[str] = []
     for env, seed, group in zip(envs, seeds, groups):
         obs, _ = env.reset(seed=int(seed))
-        budget = min(limits.max_actions_per_episode, getattr(env, "max_actions_per_episode", limits.max_actions_per_episode))
+        budget = min(
+            limits.max_actions_per_episode, getattr(env, "max_actions_per_episode", limits.max_actions_per_episode)
+        )
         traj = Trajectory(group=int(group), seed=int(seed))
         system = system_prompt(env.instruction, env.actions, limits.max_actions_per_turn)
         traj.append(chat.first_prompt_ids(system, user_message(1, obs, budget)), sampled=False)
         trajectories.append(traj)
         observations.append(obs)
-    actions_left = [min(limits.max_actions_per_episode, getattr(e, "max_actions_per_episode", limits.max_actions_per_episode)) for e in envs]
+    actions_left = [
+        min(limits.max_actions_per_episode, getattr(e, "max_actions_per_episode", limits.max_actions_per_episode))
+        for e in envs
+    ]
     active = list(range(len(envs)))
     for turn in range(1, limits.max_turns + 1):
         if not active:
@@ -73,7 +83,9 @@ def rollout(
             prompt_end = len(traj.token_ids)
             traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
             response_end = len(traj.token_ids)
-            parsed = parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
+            parsed = parse_response(
+                tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn
+            )
             turn_reward, executed, done = 0.0, [], False
             for raw in parsed.actions:
                 if actions_left[i] <= 0 or done:
@@ -100,7 +112,9 @@ def rollout(
             if done or actions_left[i] <= 0 or turn == limits.max_turns:
                 continue
             next_ids = chat.next_turn_ids(
-                user_message(turn + 1, observations[i], actions_left[i], previous_reward=turn_reward, previous_invalid=not valid)
+                user_message(
+                    turn + 1, observations[i], actions_left[i], previous_reward=turn_reward, previous_invalid=not valid
+                )
             )
             if len(traj.token_ids) + len(next_ids) + limits.max_new_tokens > limits.max_context_tokens:
                 traj.truncated_context = True

@@ -1,8 +1,9 @@
 """What one episode leaves behind: the exact token ids fed and sampled, and per-turn bookkeeping."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 

@@ -1,4 +1,5 @@
 """The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets."""
+
 from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
     bilevel_gae,

@@ -5,6 +5,7 @@ trajectories, T token positions) with a bool `mask` marking the assistant (loss)
 tensors are `[B]`. Every function is pure; callers run them under `torch.no_grad()` on detached
 rewards, values and scores.
 """
+
 from __future__ import annotations
 
 import math

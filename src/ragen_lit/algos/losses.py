@@ -5,6 +5,7 @@ Token tensors are `[B, T]` with a bool loss `mask` (assistant tokens). Losses ar
 tensors carrying gradient; stats are 0-dim detached tensors. Every value at a position with `mask`
 False is ignored, even NaN/inf padding, without leaking NaN into the gradient.
 """
+
 from __future__ import annotations
 
 import torch
@@ -168,8 +169,15 @@ def actor_loss(
     loss, stats = None, {}
     if advantages is not None:
         loss, stats = policy_loss(
-            logprobs, old_logprobs, advantages, mask, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
-            loss_agg=loss_agg, **agg_kwargs,
+            logprobs,
+            old_logprobs,
+            advantages,
+            mask,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            dual_clip=dual_clip,
+            loss_agg=loss_agg,
+            **agg_kwargs,
         )
         stats["pg_loss"] = loss.detach()
     if entropy is not None:

@@ -12,6 +12,7 @@ on). DAPO differs from PPO only in intent, as in the reference's main-table scri
 `filter.strategy=nonzero` for DAPO's dynamic sampling (drop groups whose rewards are all equal).
 GRPO-family advantages are already normalised per group, so they are not whitened again.
 """
+
 from __future__ import annotations
 
 ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo")

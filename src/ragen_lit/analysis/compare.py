@@ -4,6 +4,7 @@ Per run, each column reduces one logged metric history to a number (a missing me
 "–"); per grid point the table shows mean ± sample std over its runs (seeds), and the difference of final
 validation success against the baseline point with a 95% Welch interval (see `stats.welch_difference`).
 """
+
 from __future__ import annotations
 
 import csv
@@ -11,13 +12,19 @@ import io
 import json
 import math
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ragen_lit.analysis.plots import write_figures
 from ragen_lit.analysis.runs import (
-    STORE_NAME, RunRecord, find_stores, label_runs, load_runs, select_runs, store_folder,
+    STORE_NAME,
+    RunRecord,
+    find_stores,
+    label_runs,
+    load_runs,
+    select_runs,
+    store_folder,
 )
 from ragen_lit.analysis.stats import Difference, Summary, summarize, welch_difference
 from ragen_lit.analysis.tracking import log_comparison
@@ -38,7 +45,10 @@ def _mean_last3(values: list[float]) -> float:
 
 
 REDUCERS: dict[str, Callable[[list[float]], float]] = {
-    "last": _last, "max": max, "mean": lambda v: sum(v) / len(v), "mean_last3": _mean_last3,
+    "last": _last,
+    "max": max,
+    "mean": lambda v: sum(v) / len(v),
+    "mean_last3": _mean_last3,
 }
 
 
@@ -131,8 +141,7 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
     return next((label for label in labels if BASELINE_HINT in label), labels[0])
 
 
-def build_table(runs: Sequence[RunRecord], baseline: str | None = None,
-                columns: tuple[Column, ...] = COLUMNS) -> Table:
+def build_table(runs: Sequence[RunRecord], baseline: str | None = None, columns: tuple[Column, ...] = COLUMNS) -> Table:
     """One row per label (grid point): each column's mean ± sample std over the label's runs, with n the
     runs that logged the metric, and the difference of final validation success to the baseline
     (`choose_baseline`) with its Welch interval.
@@ -226,26 +235,39 @@ def to_csv(table: Table) -> str:
 def to_dict(table: Table) -> dict:
     """Every number of the table, NaN and inf as None (JSON has neither): per point each column's mean, std,
     n and per-run values (in run order, with the run ids), and the difference to the baseline."""
+
     def clean(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
     rows = []
     for row in table.rows:
         d = row.difference
-        rows.append({
-            "label": row.label,
-            "n_runs": len(row.runs),
-            "seeds": _seeds(row),
-            "run_ids": [r.run_id for r in row.runs],
-            "values": {
-                key: {"mean": clean(s.mean), "std": clean(s.std), "n": s.n, "runs": [clean(v) for v in row.values[key]]}
-                for key, s in row.cells.items()
-            },
-            "difference": None if d is None else {
-                "metric": DIFF_COLUMN.key, "delta": clean(d.delta), "low": clean(d.low), "high": clean(d.high),
-                "df": clean(d.df),
-            },
-        })
+        rows.append(
+            {
+                "label": row.label,
+                "n_runs": len(row.runs),
+                "seeds": _seeds(row),
+                "run_ids": [r.run_id for r in row.runs],
+                "values": {
+                    key: {
+                        "mean": clean(s.mean),
+                        "std": clean(s.std),
+                        "n": s.n,
+                        "runs": [clean(v) for v in row.values[key]],
+                    }
+                    for key, s in row.cells.items()
+                },
+                "difference": None
+                if d is None
+                else {
+                    "metric": DIFF_COLUMN.key,
+                    "delta": clean(d.delta),
+                    "low": clean(d.low),
+                    "high": clean(d.high),
+                    "df": clean(d.df),
+                },
+            }
+        )
     return {
         "baseline": table.baseline,
         "confidence": CONFIDENCE,
@@ -281,8 +303,12 @@ def default_out(paths: Sequence[Path], tracking_uri: str | None) -> Path:
 
 
 def run_compare(
-    targets: Sequence[str], tracking_uri: str | None = None, baseline: str | None = None, fmt: str = "markdown",
-    out: str | None = None, metrics: Sequence[str] | None = None,
+    targets: Sequence[str],
+    tracking_uri: str | None = None,
+    baseline: str | None = None,
+    fmt: str = "markdown",
+    out: str | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
@@ -316,9 +342,15 @@ def run_compare(
         tables.append(folder / "compare.json")
         tables[1].write_text(render(table, "json"))
     target = tracking_uri or uris[0]
-    run_id = log_comparison(target, files + tables, {
-        "baseline": table.baseline, "points": str(len(table.rows)), "runs": str(len(runs)),
-    })
+    run_id = log_comparison(
+        target,
+        files + tables,
+        {
+            "baseline": table.baseline,
+            "points": str(len(table.rows)),
+            "runs": str(len(runs)),
+        },
+    )
     print(f"figures and table: {folder} ({', '.join(p.name for p in files + tables)})", file=sys.stderr)
     print(f"MLflow: {target} (run {run_id}, experiment 'compare')", file=sys.stderr)
     return 0

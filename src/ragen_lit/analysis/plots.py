@@ -3,12 +3,13 @@
 The drawing itself lives in `ragen_lit.figures` (shared with the single-run figures of `fit`); a figure
 whose metrics no run logged is not written.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ragen_lit import figures
 from ragen_lit.analysis.runs import History, RunRecord
@@ -47,8 +48,15 @@ def trajectories(groups: Groups, y_key: str) -> dict[str, list[tuple[list[float]
 def bucket_means(groups: Groups, kind: str) -> dict[str, list[float]]:
     """Per label and RV bucket q1..qK, the mean over runs of each run's mean over iterations of
     `grad/<kind>_norm/q<k>` (each seed weighs the same); NaN where no run logged the bucket."""
-    buckets = sorted({int(m.group(2)) for runs in groups.values() for r in runs for key in r.metrics
-                      if (m := GRAD_KEY.match(key)) and m.group(1) == kind})
+    buckets = sorted(
+        {
+            int(m.group(2))
+            for runs in groups.values()
+            for r in runs
+            for key in r.metrics
+            if (m := GRAD_KEY.match(key)) and m.group(1) == kind
+        }
+    )
     means = {}
     for label, runs in groups.items():
         means[label] = []

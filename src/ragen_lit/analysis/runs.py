@@ -3,11 +3,12 @@
 A sweep writes one sqlite store per run (`<sweep>/<point>-seed<k>/mlruns.db`: one writer per database, as
 sqlite locks under many), so a comparison reads every `**/mlruns.db` under the folders it is given.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 from ragen_lit.errors import ConfigError
 
@@ -42,7 +43,7 @@ def sqlite_uri(path: Path) -> str:
 def store_folder(uri: str) -> Path | None:
     """The folder holding a sqlite store's database file; None for a tracking server."""
     prefix = "sqlite:///"
-    return Path(uri[len(prefix):]).parent if uri.startswith(prefix) else None
+    return Path(uri[len(prefix) :]).parent if uri.startswith(prefix) else None
 
 
 def find_stores(paths: Sequence[Path]) -> list[str]:
@@ -75,11 +76,19 @@ def load_runs(uris: Sequence[str]) -> list[RunRecord]:
             if tags.get(ROLE_TAG) == COMPARE_ROLE:
                 continue
             name = run.info.run_name or run.info.run_id
-            records.append(RunRecord(
-                run_id=run.info.run_id, name=name, label=tags.get("point", name), seed=tags.get("seed", ""),
-                store=uri, status=run.info.status, tags=tags, params=dict(run.data.params),
-                metrics={key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)},
-            ))
+            records.append(
+                RunRecord(
+                    run_id=run.info.run_id,
+                    name=name,
+                    label=tags.get("point", name),
+                    seed=tags.get("seed", ""),
+                    store=uri,
+                    status=run.info.status,
+                    tags=tags,
+                    params=dict(run.data.params),
+                    metrics={key: _history(client, run.info.run_id, key) for key in sorted(run.data.metrics)},
+                )
+            )
     return records
 
 

@@ -2,11 +2,12 @@
 
 NaN entries (a run that did not log the metric) are dropped first, so `n` counts the runs that have a value.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from scipy.stats import t as student_t
 

@@ -246,9 +246,13 @@ def run_sweep(
         return 0
     pool = slots(parallel, threads, devices)
     points = len({spec.point for spec in specs})
-    print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {len(pool)} at a time, "
-          f"in {root / name}")
+    print(
+        f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {len(pool)} at a time, "
+        f"in {root / name}"
+    )
     counts = run_all(specs, pool)
-    print(f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
-          f"compare them with: python -m ragen_lit compare {root / name}")
+    print(
+        f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
+        f"compare them with: python -m ragen_lit compare {root / name}"
+    )
     return 1 if counts["failed"] else 0

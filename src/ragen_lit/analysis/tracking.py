@@ -4,10 +4,11 @@ It goes to its own experiment whose artifacts live next to the store's database 
 not in an `mlruns/` folder of whatever directory `compare` was started from; its role tag keeps later
 comparisons from reading it as a training run.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ragen_lit.analysis.runs import COMPARE_ROLE, ROLE_TAG, store_folder
 

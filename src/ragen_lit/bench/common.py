@@ -4,6 +4,7 @@ measuring subprocess stays light.
 
 The benchmarks run from a source checkout: `conf/` is not part of the installed package.
 """
+
 from __future__ import annotations
 
 import platform
@@ -20,8 +21,14 @@ CONFIG = REPO / "conf" / "frozenlake.yaml"
 STARTED = time.perf_counter()
 # --smoke of the step and update benchmarks: a batch small enough for a CPU
 SMOKE_OVERRIDES = [
-    "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=8",
-    "optim.num_minibatches=2", "optim.micro_batch_size=4", "diagnostics.num_samples=4", "trainer.threads=1",
+    "rollout.groups=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "optim.num_minibatches=2",
+    "optim.micro_batch_size=4",
+    "diagnostics.num_samples=4",
+    "trainer.threads=1",
 ]
 
 

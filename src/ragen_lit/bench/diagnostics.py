@@ -15,6 +15,7 @@
    with the same `L_sum`.
 Entry point: `scripts/bench_diagnostics.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ from ragen_lit.bench.machine import utc_now
 SHARE_TARGET = 0.10
 MEMORY_RATIO_TARGET = 3.0
 SMOKE_OVERRIDES = [
-    "rollout.groups=2", "rollout.group_size=4", "rollout.max_turns=2", "rollout.max_new_tokens=16",
-    "optim.num_minibatches=2", "optim.micro_batch_size=4", "diagnostics.num_samples=4", "trainer.threads=1",
+    "rollout.groups=2",
+    "rollout.group_size=4",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=16",
+    "optim.num_minibatches=2",
+    "optim.micro_batch_size=4",
+    "diagnostics.num_samples=4",
+    "trainer.threads=1",
 ]
 
 
@@ -60,8 +67,14 @@ class MemoryCase:
 
 
 SMOKE_CASE = MemoryCase(
-    vocab_size=1024, hidden_size=32, intermediate_size=64, num_reasonings=6, reasoning_tokens=8,
-    num_prompts=3, prompt_tokens=12, max_tokens_per_forward=128,
+    vocab_size=1024,
+    hidden_size=32,
+    intermediate_size=64,
+    num_reasonings=6,
+    reasoning_tokens=8,
+    num_prompts=3,
+    prompt_tokens=12,
+    max_tokens_per_forward=128,
 )
 
 
@@ -84,7 +97,9 @@ def time_share(overrides: list[str], iterations: int, model_path: str | None) ->
     with tempfile.TemporaryDirectory(prefix="bench_diagnostics_") as tmp:
         uri = f"sqlite:///{tmp}/mlruns.db"
         forced = [
-            f"trainer.iterations={iterations}", "validation.num_envs=0", f"logging.output_dir={tmp}",
+            f"trainer.iterations={iterations}",
+            "validation.num_envs=0",
+            f"logging.output_dir={tmp}",
             f"logging.tracking_uri={uri}",
         ]
         if model_path:
@@ -103,9 +118,13 @@ def time_share(overrides: list[str], iterations: int, model_path: str | None) ->
     steps = sorted(history["time/iteration_s"])
     return {
         "config": {
-            "groups": cfg.rollout.groups, "group_size": cfg.rollout.group_size, "max_turns": cfg.rollout.max_turns,
-            "max_new_tokens": cfg.rollout.max_new_tokens, "every_n_iterations": cfg.diagnostics.every_n_iterations,
-            "num_samples": cfg.diagnostics.num_samples, "threads": cfg.trainer.threads,
+            "groups": cfg.rollout.groups,
+            "group_size": cfg.rollout.group_size,
+            "max_turns": cfg.rollout.max_turns,
+            "max_new_tokens": cfg.rollout.max_new_tokens,
+            "every_n_iterations": cfg.diagnostics.every_n_iterations,
+            "num_samples": cfg.diagnostics.num_samples,
+            "threads": cfg.trainer.threads,
             "model": cfg.model.path or cfg.model.name,
         },
         "iterations": [
@@ -130,9 +149,13 @@ def random_case(case: MemoryCase):
 
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=case.vocab_size, hidden_size=case.hidden_size, num_hidden_layers=case.num_hidden_layers,
-        num_attention_heads=case.num_attention_heads, num_key_value_heads=case.num_key_value_heads,
-        intermediate_size=case.intermediate_size, max_position_embeddings=4096,
+        vocab_size=case.vocab_size,
+        hidden_size=case.hidden_size,
+        num_hidden_layers=case.num_hidden_layers,
+        num_attention_heads=case.num_attention_heads,
+        num_key_value_heads=case.num_key_value_heads,
+        intermediate_size=case.intermediate_size,
+        max_position_embeddings=4096,
     )
     model = transformers.Qwen2ForCausalLM(config).float().eval()
     generator = torch.Generator().manual_seed(1)
@@ -154,7 +177,7 @@ def naive_score(model, prompts, reasonings, max_tokens_per_forward: int) -> torc
     per_forward = max(1, max_tokens_per_forward // longest)
     seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64)
     for start in range(0, len(pairs), per_forward):
-        chunk = pairs[start:start + per_forward]
+        chunk = pairs[start : start + per_forward]
         input_ids = torch.zeros(len(chunk), longest, dtype=torch.long)
         attention_mask = torch.zeros(len(chunk), longest, dtype=torch.long)
         reasoning_mask = torch.zeros(len(chunk), longest, dtype=torch.bool)
@@ -195,8 +218,17 @@ def scorer_memory(case: MemoryCase, threads: int) -> dict:
         for scorer in ("cross_score", "naive"):
             out = Path(tmp) / f"{scorer}.pt"
             command = [
-                sys.executable, "-m", "ragen_lit.bench.diagnostics", "--measure", scorer, "--measure-out", str(out),
-                "--case", ",".join(f"{k}={v}" for k, v in asdict(case).items()), "--threads", str(threads),
+                sys.executable,
+                "-m",
+                "ragen_lit.bench.diagnostics",
+                "--measure",
+                scorer,
+                "--measure-out",
+                str(out),
+                "--case",
+                ",".join(f"{k}={v}" for k, v in asdict(case).items()),
+                "--threads",
+                str(threads),
             ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
@@ -205,8 +237,10 @@ def scorer_memory(case: MemoryCase, threads: int) -> dict:
     ours, naive = results["cross_score"], results["naive"]
     return {
         "case": asdict(case),
-        "cross_score_bytes": ours["peak_growth_bytes"], "naive_bytes": naive["peak_growth_bytes"],
-        "cross_score_s": ours["seconds"], "naive_s": naive["seconds"],
+        "cross_score_bytes": ours["peak_growth_bytes"],
+        "naive_bytes": naive["peak_growth_bytes"],
+        "cross_score_s": ours["seconds"],
+        "naive_s": naive["seconds"],
         "ratio": naive["peak_growth_bytes"] / max(ours["peak_growth_bytes"], 1),
         "l_sum_max_abs_diff": float((ours["l_sum"] - naive["l_sum"]).abs().max()),
         "l_sum_max_abs": float(naive["l_sum"].abs().max()),
@@ -243,8 +277,11 @@ def format_table(share: dict, memory: dict, smoke: bool, overrides: list[str]) -
         "",
         "| iteration | iteration s | diagnostics s | diagnostics ran | valid reasoning rate |",
         "| ---: | ---: | ---: | --- | ---: |",
-        *(f"| {r['iteration']} | {r['iteration_s']:.3f} | {r['diagnostics_s']:.3f} | "
-          f"{'yes' if r['diagnostics_ran'] else 'no'} | {r['valid_reasoning_rate']:.3f} |" for r in rows),
+        *(
+            f"| {r['iteration']} | {r['iteration_s']:.3f} | {r['diagnostics_s']:.3f} | "
+            f"{'yes' if r['diagnostics_ran'] else 'no'} | {r['valid_reasoning_rate']:.3f} |"
+            for r in rows
+        ),
         "",
         "| figure | value |",
         "| --- | ---: |",
@@ -276,10 +313,15 @@ def format_table(share: dict, memory: dict, smoke: bool, overrides: list[str]) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value overrides of conf/frozenlake.yaml")
-    parser.add_argument("--iterations", type=int, default=5,
-                        help="RL iterations (default 5: one diagnostics iteration at the default schedule)")
-    parser.add_argument("--model-path",
-                        help="local folder of the policy model (model.path); default: the config's model")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=5,
+        help="RL iterations (default 5: one diagnostics iteration at the default schedule)",
+    )
+    parser.add_argument(
+        "--model-path", help="local folder of the policy model (model.path); default: the config's model"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny rollouts, 1 iteration and a tiny memory case")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the memory subprocesses")
     parser.add_argument("--measure", choices=("cross_score", "naive"), help=argparse.SUPPRESS)

@@ -6,6 +6,7 @@ Qwen2 of the built-in tiny model's shape (`ragen_lit.presets.tiny.build.TinyReci
 loaded. Tokens/s counts generated tokens over the wall time of one `generate` call (prefill included).
 Entry point: `scripts/bench_engine.py`.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -6,6 +6,7 @@ builds the instance of that seed), mean / p95 / max over seeds `train_seed_base 
 rooms fit the 10-action budget) and the time the safe evaluator takes to reject hostile answers.
 Entry point: `scripts/bench_envs.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ import datetime
 import os
 import platform
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, answer in HOSTILE_ANSWERS.items():
         outcome = "accepted"
 
-        def check() -> None:
+        def check(answer: str = answer) -> None:
             nonlocal outcome
             try:
                 safe_evaluate(answer)

@@ -7,6 +7,7 @@ the number of optimizer steps is unchanged and each mini-batch shrinks with the 
 update time should fall to about kept_ratio × the unfiltered time (target: within 1.25×).
 Entry point: `scripts/bench_filter.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,11 @@ def timed_update(module: AgentRLModule, trajectories, keep_rows, cfg, repeats: i
     tokens = int(batch["attention_mask"].sum())
     module.prepare_batch(batch, keep_ratio=len(kept) / len(trajectories))
     plan = plan_minibatches(
-        len(kept), len(trajectories), cfg.optim.num_minibatches, cfg.filter.minibatch, cfg.algo.ppo_epochs,
+        len(kept),
+        len(trajectories),
+        cfg.optim.num_minibatches,
+        cfg.filter.minibatch,
+        cfg.algo.ppo_epochs,
         torch.Generator().manual_seed(0),
     )
     minibatches = [select_rows(batch, rows) for rows in plan]
@@ -77,22 +82,32 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((strategy, value, stats["filter/kept_ratio"], len(keep_rows), steps, seconds, tokens))
     base = rows[0][5]
     cpu = platform.processor() or platform.machine()
-    print(f"bench_filter  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {cpu}  "
-          f"threads={torch.get_num_threads()}  device=cpu  model={module.model_path}")
-    print(f"config: {args.config} {' '.join(args.overrides)}  minibatch={cfg.filter.minibatch}  "
-          f"num_minibatches={cfg.optim.num_minibatches}  rollouts={len(trajectories)}  generation={generation_s:.1f}s")
-    print(f"{'strategy':<10}{'value':>7}{'kept ratio':>12}{'kept rows':>11}{'token ratio':>13}{'opt steps':>11}"
-          f"{'update s':>10}{'vs none':>9}{'ratio/kept':>12}")
+    print(
+        f"bench_filter  {time.strftime('%Y-%m-%d %H:%M')}  {platform.node()}  {cpu}  "
+        f"threads={torch.get_num_threads()}  device=cpu  model={module.model_path}"
+    )
+    print(
+        f"config: {args.config} {' '.join(args.overrides)}  minibatch={cfg.filter.minibatch}  "
+        f"num_minibatches={cfg.optim.num_minibatches}  rollouts={len(trajectories)}  generation={generation_s:.1f}s"
+    )
+    print(
+        f"{'strategy':<10}{'value':>7}{'kept ratio':>12}{'kept rows':>11}{'token ratio':>13}{'opt steps':>11}"
+        f"{'update s':>10}{'vs none':>9}{'ratio/kept':>12}"
+    )
     for strategy, value, kept_ratio, kept_rows, steps, seconds, tokens in rows:
         rel = seconds / base
-        print(f"{strategy:<10}{value:>7.2f}{kept_ratio:>12.3f}{kept_rows:>11d}{tokens / rows[0][6]:>13.3f}{steps:>11d}"
-              f"{seconds:>10.2f}{rel:>9.3f}{(rel / kept_ratio if kept_ratio else float('nan')):>12.3f}")
+        print(
+            f"{strategy:<10}{value:>7.2f}{kept_ratio:>12.3f}{kept_rows:>11d}{tokens / rows[0][6]:>13.3f}{steps:>11d}"
+            f"{seconds:>10.2f}{rel:>9.3f}{(rel / kept_ratio if kept_ratio else float('nan')):>12.3f}"
+        )
     kept_ratio = rows[1][2]
     if kept_ratio > 0:
         verdict = "meets" if rows[1][5] <= 1.25 * kept_ratio * base else "MISSES"
-        print(f"target: filtered update <= 1.25 x kept_ratio x unfiltered = {1.25 * kept_ratio * base:.2f}s "
-              f"-> {verdict}")
+        print(
+            f"target: filtered update <= 1.25 x kept_ratio x unfiltered = {1.25 * kept_ratio * base:.2f}s -> {verdict}"
+        )
     else:
-        print("target: not measurable: top-p kept nothing (all groups' rewards were equal), "
-              "so there is no update to time")
+        print(
+            "target: not measurable: top-p kept nothing (all groups' rewards were equal), so there is no update to time"
+        )
     return 0

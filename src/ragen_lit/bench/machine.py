@@ -1,5 +1,6 @@
 """The machine and date lines of the benchmarks' tables (standard library only: the CPU benchmarks of the
 environments import no torch)."""
+
 from __future__ import annotations
 
 import datetime

@@ -1,6 +1,7 @@
 """The random-init Qwen2 that the GPU benchmarks measure (and `scripts/make_random_model.py` writes): the
 Qwen2.5-0.5B shape, or a tiny one for --smoke, saved with the env-text tokenizer of the built-in tiny model
 (no hub access needed)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,17 +17,33 @@ from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 def qwen_config(tokenizer, smoke: bool) -> transformers.Qwen2Config:
     """Qwen2.5-0.5B's shape (random init), or a tiny one with the tokenizer's vocabulary for --smoke."""
     ids = {
-        "bos_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
     if smoke:
         return transformers.Qwen2Config(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            vocab_size=len(tokenizer), tie_word_embeddings=True, max_position_embeddings=4096, **ids,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=len(tokenizer),
+            tie_word_embeddings=True,
+            max_position_embeddings=4096,
+            **ids,
         )
     return transformers.Qwen2Config(
-        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-        vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1e6, **ids,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        **ids,
     )
 
 

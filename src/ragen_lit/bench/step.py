@@ -32,6 +32,7 @@ Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with
 `ragen_lit.bench.common.update_flops` (padding and recomputation not counted).
 Entry point: `scripts/bench_step.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,13 +80,12 @@ def add_synthetic_reasoning(trajectories, tokenizer) -> None:
     tokenizer's ids whose text re-encodes as that id alone, so the reasoning has about as many tokens
     as the turn (a byte fragment would decode to U+FFFD and re-encode as three tokens)."""
     clean = [
-        i for i in range(len(tokenizer))
-        if tokenizer.encode(tokenizer.decode([i]), add_special_tokens=False) == [i]
+        i for i in range(len(tokenizer)) if tokenizer.encode(tokenizer.decode([i]), add_special_tokens=False) == [i]
     ]
     for traj in trajectories:
         for turn in traj.turns:
             if turn.reasoning is None:
-                ids = [clean[i % len(clean)] for i in traj.token_ids[turn.prompt_end:turn.response_end]]
+                ids = [clean[i % len(clean)] for i in traj.token_ids[turn.prompt_end : turn.response_end]]
                 turn.reasoning = tokenizer.decode(ids) or "x"
 
 
@@ -153,11 +153,19 @@ def run(args, save) -> dict:
     base = load_config(str(CONFIG))
     with tempfile.TemporaryDirectory(prefix="bench-step-") as folder:
         model_config = write_random_model(Path(folder), args.smoke, device)
-        overrides = [
-            "model.name=hf", f"model.path={folder}", "algo=ppo", "filter.strategy=none",
-            f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}",
-            f"trainer.iterations={args.iterations}", f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
-        ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"]) + args.set
+        overrides = (
+            [
+                "model.name=hf",
+                f"model.path={folder}",
+                "algo=ppo",
+                "filter.strategy=none",
+                f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}",
+                f"trainer.iterations={args.iterations}",
+                f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
+            ]
+            + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
+            + args.set
+        )
         cfg = load_config(str(CONFIG), overrides)
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
@@ -168,10 +176,19 @@ def run(args, save) -> dict:
     clock = Clock(device)
     probe = PipelineProbe(clock, module, data)
     trainer = L.Trainer(
-        max_epochs=cfg.trainer.iterations, accelerator=cfg.trainer.accelerator, devices=1,
-        precision=cfg.trainer.precision, logger=False, callbacks=[probe], reload_dataloaders_every_n_epochs=1,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
-        limit_val_batches=0, use_distributed_sampler=False,
+        max_epochs=cfg.trainer.iterations,
+        accelerator=cfg.trainer.accelerator,
+        devices=1,
+        precision=cfg.trainer.precision,
+        logger=False,
+        callbacks=[probe],
+        reload_dataloaders_every_n_epochs=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
     )
     trainer.fit(module, datamodule=data)
     module.to(device)  # Lightning's teardown leaves the module on the CPU
@@ -214,37 +231,58 @@ def run(args, save) -> dict:
         "device": device_name(device),
         "date": utc_now(),
         "versions": {
-            "torch": torch.__version__, "transformers": transformers.__version__, "lightning": L.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "lightning": L.__version__,
             "cuda": torch.version.cuda,
         },
         "config": {
-            "smoke": args.smoke, "iterations": args.iterations, "policy_params": policy_params,
-            "critic_params": critic_params, "hidden_size": model_config.hidden_size,
-            "layers": model_config.num_hidden_layers, "vocab_size": model_config.vocab_size,
+            "smoke": args.smoke,
+            "iterations": args.iterations,
+            "policy_params": policy_params,
+            "critic_params": critic_params,
+            "hidden_size": model_config.hidden_size,
+            "layers": model_config.num_hidden_layers,
+            "vocab_size": model_config.vocab_size,
             "dtype": str(next(module.policy.parameters()).dtype).removeprefix("torch."),
             "attention": module.policy.config._attn_implementation,
-            "groups": r.groups, "group_size": r.group_size, "max_turns": r.max_turns,
+            "groups": r.groups,
+            "group_size": r.group_size,
+            "max_turns": r.max_turns,
             "max_new_tokens": r.max_new_tokens,
-            "algo": cfg.algo.name, "advantage": cfg.algo.advantage, "num_minibatches": cfg.optim.num_minibatches,
-            "micro_batch_size": cfg.optim.micro_batch_size, "diagnostics_every_n_iterations": every,
+            "algo": cfg.algo.name,
+            "advantage": cfg.algo.advantage,
+            "num_minibatches": cfg.optim.num_minibatches,
+            "micro_batch_size": cfg.optim.micro_batch_size,
+            "diagnostics_every_n_iterations": every,
             "diagnostics_num_samples": cfg.diagnostics.num_samples,
         },
         "workload": {
-            "rollouts": len(trajectories), "turns": sum(len(t.turns) for t in trajectories), "sampled_tokens": sampled,
-            "sequence_tokens": tokens, "mean_sequence_tokens": tokens / len(trajectories),
+            "rollouts": len(trajectories),
+            "turns": sum(len(t.turns) for t in trajectories),
+            "sampled_tokens": sampled,
+            "sequence_tokens": tokens,
+            "mean_sequence_tokens": tokens / len(trajectories),
             "max_sequence_tokens": max(len(t.token_ids) for t in trajectories),
             "diagnostics_reasoning_tokens_mean": sum(reasoning_tokens) / max(len(reasoning_tokens), 1),
         },
         "per_iteration": per_iteration,
         "step": {
-            "generation_s": mean["generation"], "prepare_s": mean["prepare"], "diagnostics_iteration_s": diagnostics_s,
-            "diagnostics_amortised_s": amortised, "update_s": mean["update"], "other_s": mean["other"],
-            "step_s": step_s, "diagnostics_share": amortised / step_s,
+            "generation_s": mean["generation"],
+            "prepare_s": mean["prepare"],
+            "diagnostics_iteration_s": diagnostics_s,
+            "diagnostics_amortised_s": amortised,
+            "update_s": mean["update"],
+            "other_s": mean["other"],
+            "step_s": step_s,
+            "diagnostics_share": amortised / step_s,
         },
         "throughput": {
             "generation_tokens_per_s": sampled / last["generation"],
-            "training_tokens_per_s": trained / mean["update"], "last_update_s": last["update"],
-            "update_flops": flops, "update_mfu": flops / mean["update"] / peak_flops,
+            "training_tokens_per_s": trained / mean["update"],
+            "last_update_s": last["update"],
+            "update_flops": flops,
+            "update_mfu": flops / mean["update"] / peak_flops,
             "update_mfu_naive_count": naive_flops / mean["update"] / peak_flops,
         },
         "peak_memory_gib": {k: v / 2**30 for k, v in clock.peak_bytes.items()},
@@ -326,24 +364,34 @@ def format_table(res: dict) -> str:
         f"{c['max_new_tokens']} new tokens; {c['algo']} ({c['advantage']}), filter none, {c['num_minibatches']} "
         f"mini-batches, micro-batch {c['micro_batch_size']}; {w['turns']} turns, {w['sampled_tokens']} sampled tokens, "
         f"sequences {w['mean_sequence_tokens']:.0f} tokens on average (max {w['max_sequence_tokens']})",
-        f"iterations: {c['iterations']} (0 = warm-up); diagnostics every {c['diagnostics_every_n_iterations']} (config), "
+        f"iterations: {c['iterations']} (0 = warm-up); "
+        f"diagnostics every {c['diagnostics_every_n_iterations']} (config), "
         f"{c['diagnostics_num_samples']} samples/scope, " + reasoning,
         "",
         "| phase | seconds | share of step | detail |",
         "| --- | ---: | ---: | --- |",
-        row("generation (rollout loop)", s["generation_s"],
-            f"{t['generation_tokens_per_s']:.0f} sampled tokens/s; peak {mem.get('generation', 0):.1f} GiB"),
+        row(
+            "generation (rollout loop)",
+            s["generation_s"],
+            f"{t['generation_tokens_per_s']:.0f} sampled tokens/s; peak {mem.get('generation', 0):.1f} GiB",
+        ),
         row("prepare_batch (total)", s["prepare_s"], f"peak {mem.get('prepare', 0):.1f} GiB"),
         row("- old log-probs (+entropy)", s.get("old_logprobs_s", float("nan")), "re-measured, same calls"),
-        row("- ref log-probs", 0.0,
-            f"kl_coef=0: no reference; if enabled {s.get('ref_logprobs_s', float('nan')):.3f} s"),
+        row(
+            "- ref log-probs", 0.0, f"kl_coef=0: no reference; if enabled {s.get('ref_logprobs_s', float('nan')):.3f} s"
+        ),
         row("- values (critic)", s.get("values_s", float("nan")), "re-measured, same calls"),
-        row(f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})", s["diagnostics_amortised_s"],
-            f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s; "
-            f"peak {mem.get('diagnostics', 0):.1f} GiB"),
-        row("update (actor + critic)", s["update_s"],
+        row(
+            f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})",
+            s["diagnostics_amortised_s"],
+            f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s; peak {mem.get('diagnostics', 0):.1f} GiB",
+        ),
+        row(
+            "update (actor + critic)",
+            s["update_s"],
             f"MFU {t['update_mfu']:.1%} ({t['update_flops'] / 1e12:.1f} TFLOP per iteration; iterations 1+); "
-            f"{t['training_tokens_per_s']:.0f} training tokens/s; peak {mem.get('update', 0):.1f} GiB"),
+            f"{t['training_tokens_per_s']:.0f} training tokens/s; peak {mem.get('update', 0):.1f} GiB",
+        ),
         row("other (filter, collate, Lightning)", s["other_s"]),
         row("step (default schedule)", step, f"diagnostics share {s['diagnostics_share']:.1%}"),
         "",
@@ -357,8 +405,10 @@ def format_table(res: dict) -> str:
                 cache = timing.get("cache", key.removeprefix("engine_"))
                 label = f"engine alone (cache={cache}) vs transformers generate ({hf_label})"
                 ours, theirs = timing["tokens_per_s"], b[hf_key]["tokens_per_s"]
-                lines.append(f"| generation tokens/s on the same prompts: {label} | "
-                             f"{ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
+                lines.append(
+                    f"| generation tokens/s on the same prompts: {label} | "
+                    f"{ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |"
+                )
     update_row = "| update seconds, same mini-batches: PPO update vs plain HF labels= update"
     if "plain_update_oom" in b:
         lines.append(f"{update_row} | {t['last_update_s']:.3f} | {b['plain_update_oom']} | |")
@@ -373,34 +423,59 @@ def format_table(res: dict) -> str:
         memory = "peak GPU memory (allocated, GiB) per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in mem.items())
     lines += ["", memory]
     if res.get("alloc_retries"):
-        lines.append("allocator retries (cache freed and synchronised) per phase: "
-                     + ", ".join(f"{k} {v}" for k, v in res["alloc_retries"].items()))
+        lines.append(
+            "allocator retries (cache freed and synchronised) per phase: "
+            + ", ".join(f"{k} {v}" for k, v in res["alloc_retries"].items())
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model and batch: checks that the script runs")
-    parser.add_argument("--iterations", type=int, default=3,
-                        help="RL iterations (>= 3: warm-up, steady, diagnostics; >= 2 with --no-diagnostics)")
-    parser.add_argument("--no-diagnostics", action="store_true",
-                        help="skip the diagnostics measurement (step without them)")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=3,
+        help="RL iterations (>= 3: warm-up, steady, diagnostics; >= 2 with --no-diagnostics)",
+    )
+    parser.add_argument(
+        "--no-diagnostics", action="store_true", help="skip the diagnostics measurement (step without them)"
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--engines", nargs="*", default=[], choices=["dynamic", "static", "graph"],
-                        help="also time the engine with these cache kinds on the same prompts")
-    parser.add_argument("--hf-static", action="store_true",
-                        help="also time transformers generate with its static cache, compiled (a first pass compiles)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides on top of the bench's own "
-                             "(e.g. model.compile=true optim.micro_batch_size=16)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also print an operator profile of one micro-batch of update work")
-    parser.add_argument("--pipeline-only", action="store_true",
-                        help="stop after the fit: no prepare split, engine, transformers or plain-update baselines")
+    parser.add_argument(
+        "--engines",
+        nargs="*",
+        default=[],
+        choices=["dynamic", "static", "graph"],
+        help="also time the engine with these cache kinds on the same prompts",
+    )
+    parser.add_argument(
+        "--hf-static",
+        action="store_true",
+        help="also time transformers generate with its static cache, compiled (a first pass compiles)",
+    )
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides on top of the bench's own (e.g. model.compile=true optim.micro_batch_size=16)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also print an operator profile of one micro-batch of update work"
+    )
+    parser.add_argument(
+        "--pipeline-only",
+        action="store_true",
+        help="stop after the fit: no prepare split, engine, transformers or plain-update baselines",
+    )
     args = parser.parse_args(argv)
     if args.iterations < (2 if args.no_diagnostics else 3):
-        raise ValueError("--iterations must be >= 3 (warm-up, a steady step, a diagnostics step; >= 2 with "
-                         f"--no-diagnostics), got {args.iterations}")
+        raise ValueError(
+            "--iterations must be >= 3 (warm-up, a steady step, a diagnostics step; >= 2 with "
+            f"--no-diagnostics), got {args.iterations}"
+        )
 
     def save(results: dict) -> None:
         if args.out:
@@ -409,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args, save)
     print(format_table(results))
     if results["profile"]:
-        print("\none micro-batch of update work (token_logprobs + entropy fwd/bwd, critic fwd/bwd):\n"
-              + results["profile"])
+        print(
+            "\none micro-batch of update work (token_logprobs + entropy fwd/bwd, critic fwd/bwd):\n"
+            + results["profile"]
+        )
     return 0

@@ -1,6 +1,7 @@
 """The step benchmark's measurements after the fit, on the last iteration's rollouts and mini-batches: the
 split of `prepare_batch`, the engine alone, transformers' own `generate`, a plain HF update and an
 operator profile of one micro-batch (`ragen_lit.bench.step` runs them and prints the comparison)."""
+
 from __future__ import annotations
 
 import math
@@ -25,19 +26,25 @@ def rollout_params(module: AgentRLModule, seed: int) -> SamplingParams:
     """The sampling parameters the rollout loop uses for training turns."""
     r, tokenizer = module.cfg.rollout, module.tokenizer
     stop_ids = [
-        i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        i
+        for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
         if isinstance(i, int) and i >= 0
     ]
     return SamplingParams(
-        max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        stop_sequences=[module.chat.encode(ANSWER_CLOSE)], stop_token_ids=stop_ids, seed=seed,
+        max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        stop_sequences=[module.chat.encode(ANSWER_CLOSE)],
+        stop_token_ids=stop_ids,
+        seed=seed,
     )
 
 
 def turn_prompts(trajectories) -> list[list[list[int]]]:
     """Per turn, the prompts the engine was given (the context up to that turn's `<think>`)."""
     most = max(len(t.turns) for t in trajectories)
-    return [[t.token_ids[:t.turns[k].prompt_end] for t in trajectories if len(t.turns) > k] for k in range(most)]
+    return [[t.token_ids[: t.turns[k].prompt_end] for t in trajectories if len(t.turns) > k] for k in range(most)]
 
 
 def engine_generation(engine: HFEngine, prompts, params: SamplingParams, clock: Clock, name: str) -> dict:
@@ -57,7 +64,10 @@ def plain_layers(*models):
     `model.compile` binds to each layer (`models.compile_layers`) and restores them afterwards."""
     bound = [
         (m, m.__dict__.pop("forward"))
-        for model in models if model is not None for m in model.modules() if "forward" in m.__dict__
+        for model in models
+        if model is not None
+        for m in model.modules()
+        if "forward" in m.__dict__
     ]
     try:
         yield
@@ -74,8 +84,14 @@ def hf_generate(
     CUDA graphs) on a GPU; a first untimed pass over the same prompts pays the compilation."""
     device = next(model.parameters()).device
     config = transformers.GenerationConfig(
-        do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
-        min_new_tokens=max_new_tokens, use_cache=True, pad_token_id=pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+        use_cache=True,
+        pad_token_id=pad_token_id,
         cache_implementation="static" if static else None,
     )
     model.eval()
@@ -108,12 +124,21 @@ def prepare_split(module: AgentRLModule, trajectories, clock: Clock) -> dict[str
     module.policy.eval()
     passes = {
         "old_logprobs": lambda m: token_logprobs(
-            module.policy, m["input_ids"], m["attention_mask"], temperature=temperature, with_entropy=True,
-            score_mask=m["loss_mask"], compile_head=compiled,
+            module.policy,
+            m["input_ids"],
+            m["attention_mask"],
+            temperature=temperature,
+            with_entropy=True,
+            score_mask=m["loss_mask"],
+            compile_head=compiled,
         ),
         "ref_logprobs": lambda m: token_logprobs(
-            module.policy, m["input_ids"], m["attention_mask"], temperature=temperature,
-            score_mask=m["loss_mask"], compile_head=compiled,
+            module.policy,
+            m["input_ids"],
+            m["attention_mask"],
+            temperature=temperature,
+            score_mask=m["loss_mask"],
+            compile_head=compiled,
         ),
     }
     if module.critic is not None:
@@ -172,8 +197,12 @@ def profile_micro_batch(module: AgentRLModule, minibatch, device: torch.device, 
     module.policy.train()
     with torch.profiler.profile(activities=activities) as prof:
         lp = token_logprobs(
-            module.policy, micro["input_ids"], micro["attention_mask"], with_entropy=True,
-            score_mask=micro["loss_mask"], compile_head=module.cfg.model.compile,
+            module.policy,
+            micro["input_ids"],
+            micro["attention_mask"],
+            with_entropy=True,
+            score_mask=micro["loss_mask"],
+            compile_head=module.cfg.model.compile,
         )
         (lp.logprobs.sum() + lp.entropy.sum()).backward()
         if module.critic is not None:

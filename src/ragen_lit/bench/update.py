@@ -17,6 +17,7 @@ time by kernel family (matmul, attention, triton-fused element-wise, other eleme
 the device's busy fraction of the wall time, and the top kernels.
 Entry point: `scripts/bench_update.py`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,7 +94,7 @@ def synthetic_batch(
         turn = n // turns
         for t in range(turns):
             end = (t + 1) * turn
-            batch["loss_mask"][b, max(end - response, t * turn + 1):end] = True
+            batch["loss_mask"][b, max(end - response, t * turn + 1) : end] = True
             batch["turn_end_mask"][b, end - 1] = True
         batch["token_rewards"][b, turns * turn - 1] = batch["scores"][b]
     return batch
@@ -113,7 +114,9 @@ def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
     busy = sum(per_kernel.values())
     ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
     return {
-        "wall_s": wall_s, "device_busy_s": busy, "busy_fraction": busy / wall_s if wall_s else float("nan"),
+        "wall_s": wall_s,
+        "device_busy_s": busy,
+        "busy_fraction": busy / wall_s if wall_s else float("nan"),
         "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
         "top_kernels": [(name[:110], seconds) for name, seconds in ranked],
     }
@@ -123,10 +126,19 @@ def run_variant(args) -> dict:
     """One variant in this process: load, prepare, warm up, time, optionally profile."""
     name, overrides, sdpa = parse_variant(args.run_variant)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = load_config(str(CONFIG), [
-        "model.name=hf", f"model.path={args.model}", "algo=ppo", "filter.strategy=none",
-        f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
-    ] + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"]) + args.set + overrides)
+    cfg = load_config(
+        str(CONFIG),
+        [
+            "model.name=hf",
+            f"model.path={args.model}",
+            "algo=ppo",
+            "filter.strategy=none",
+            f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
+        ]
+        + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
+        + args.set
+        + overrides,
+    )
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
@@ -138,8 +150,12 @@ def run_variant(args) -> dict:
     if sdpa:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                   "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[sdpa]
+        backend = {
+            "flash": SDPBackend.FLASH_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "math": SDPBackend.MATH,
+        }[sdpa]
         attention = sdpa_kernel([backend])
 
     def sync():
@@ -181,10 +197,16 @@ def run_variant(args) -> dict:
     flops, naive = update_flops(config, minibatches, policy_params, critic_params)
     peak = PEAK_FLOPS if device.type == "cuda" else float("nan")
     return {
-        "variant": name, "overrides": overrides, "sdpa": sdpa or "default",
-        "micro_batch_size": cfg.optim.micro_batch_size, "compile": cfg.model.compile,
-        "warmup_s": warmup_s, "update_s": update_s, "times_s": times,
-        "mfu": flops / update_s / peak, "mfu_naive_count": naive / update_s / peak,
+        "variant": name,
+        "overrides": overrides,
+        "sdpa": sdpa or "default",
+        "micro_batch_size": cfg.optim.micro_batch_size,
+        "compile": cfg.model.compile,
+        "warmup_s": warmup_s,
+        "update_s": update_s,
+        "times_s": times,
+        "mfu": flops / update_s / peak,
+        "mfu_naive_count": naive / update_s / peak,
         "tokens_per_s": int(batch["attention_mask"].sum()) / update_s,
         "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan"),
         "profile": profile,
@@ -230,8 +252,13 @@ def format_report(meta: dict, results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE,...",
-                        help="a setting to time (repeatable; default: one variant with the config as is)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="a setting to time (repeatable; default: one variant with the config as is)",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every variant")
     parser.add_argument("--rows", type=int, default=128, help="episodes in the iteration's batch")
     parser.add_argument("--length", type=int, default=1700, help="mean sequence length (tokens)")
@@ -262,10 +289,29 @@ def main(argv: list[str] | None = None) -> int:
         for text in variants:
             result_file = Path(folder) / "result.json"
             command = [
-                sys.executable, "-m", "ragen_lit.bench.update", "--run-variant", text, "--model", folder,
-                "--result", str(result_file), "--rows", str(args.rows), "--length", str(args.length),
-                "--turns", str(args.turns), "--response", str(args.response), "--repeats", str(args.repeats),
-                "--top", str(args.top), "--set", *args.set,
+                sys.executable,
+                "-m",
+                "ragen_lit.bench.update",
+                "--run-variant",
+                text,
+                "--model",
+                folder,
+                "--result",
+                str(result_file),
+                "--rows",
+                str(args.rows),
+                "--length",
+                str(args.length),
+                "--turns",
+                str(args.turns),
+                "--response",
+                str(args.response),
+                "--repeats",
+                str(args.repeats),
+                "--top",
+                str(args.top),
+                "--set",
+                *args.set,
             ]
             command += ["--smoke"] * args.smoke + ["--profile"] * args.profile
             started = time.perf_counter()
@@ -279,9 +325,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench_update] {text}: {time.perf_counter() - started:.0f} s", flush=True)
     cfg = load_config(str(CONFIG), (SMOKE_OVERRIDES if args.smoke else []) + args.set)
     meta = {
-        "device": device_name(device), "date": utc_now(), "torch": torch.__version__,
-        "rows": args.rows, "length": args.length, "turns": args.turns, "response": args.response,
-        "repeats": args.repeats, "num_minibatches": cfg.optim.num_minibatches,
+        "device": device_name(device),
+        "date": utc_now(),
+        "torch": torch.__version__,
+        "rows": args.rows,
+        "length": args.length,
+        "turns": args.turns,
+        "response": args.response,
+        "repeats": args.repeats,
+        "num_minibatches": cfg.optim.num_minibatches,
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))

@@ -1,4 +1,5 @@
 """Rollout engines behind one protocol (`base.Engine`): transformers (`hf`) or vLLM (`vllm`)."""
+
 from __future__ import annotations
 
 from torch import nn

@@ -4,10 +4,12 @@ Every engine (transformers in `hf.py`, vLLM in `vllm.py`) implements `Engine`. T
 talks to this protocol, so engines are interchangeable and the training sequence is always built
 from the exact ids an engine sampled (token-in/token-out).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 

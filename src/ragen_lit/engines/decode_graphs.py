@@ -15,6 +15,7 @@ Each step writes the sampled ids, the positions and one mask column in place and
 chunk smaller than the bucket are padding whose outputs are ignored. On CPU the same slot runs the
 forward eagerly instead of replaying a graph: same shapes, same results, which is what CPU tests use.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -106,7 +107,9 @@ class DecodeSlot:
         with torch.cuda.graph(self.graph):
             self.logits = self.forward()
 
-    def load(self, prefix: Cache, rows: torch.Tensor | None, prompt_mask: torch.Tensor, positions: torch.Tensor) -> None:
+    def load(
+        self, prefix: Cache, rows: torch.Tensor | None, prompt_mask: torch.Tensor, positions: torch.Tensor
+    ) -> None:
         """Start decoding after a prefill: copy the prefix cache (`rows`: which prefix row each chunk
         row continues, or None for one-to-one) into the static cache and set the mask and positions.
 

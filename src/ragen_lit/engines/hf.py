@@ -18,6 +18,7 @@ The engine shares the policy module with the trainer, so `sync` only swaps the r
 engine always samples from the current weights (token-in/token-out: the ids it returns are the ids
 the trainer scores).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -168,7 +169,9 @@ class HFEngine:
             raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
         self.sync(model)
         if cache == "graph" and not self._graph_ok:
-            raise ValueError(f"cache='graph' does not support this model: {unsupported_reason(model)}; use cache='dynamic'")
+            raise ValueError(
+                f"cache='graph' does not support this model: {unsupported_reason(model)}; use cache='dynamic'"
+            )
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.device = None if device is None else torch.device(device)
@@ -386,7 +389,9 @@ class _Stops:
         ]
         self.longest = max((len(s) for s in params.stop_sequences), default=0)
 
-    def hit(self, next_ids: torch.Tensor, generated: torch.Tensor, step: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def hit(
+        self, next_ids: torch.Tensor, generated: torch.Tensor, step: int, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Which rows stop at `step`: `next_ids: [B]` is a stop token, or the ids so far (`generated`,
         `next_ids` included at column `step`; its rows `rows` if given, else all) now end with a stop
         sequence. Returns `[B] bool`."""

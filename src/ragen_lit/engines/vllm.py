@@ -34,14 +34,16 @@ built, so this module imports without vLLM. The engine runs in this process
   are found after generation and the sample is cut right after the first one (`finish_reason`
   "stop"); the tokens vLLM generated past it are wasted work, bounded by `max_new_tokens`.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import re
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -240,8 +242,10 @@ class VLLMEngine:
         distributed: bool | None = None,
         **llm_kwargs: Any,
     ) -> None:
-        if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
-            0 < gpu_memory_utilization <= 1
+        if (
+            isinstance(gpu_memory_utilization, bool)
+            or not isinstance(gpu_memory_utilization, (int, float))
+            or not (0 < gpu_memory_utilization <= 1)
         ):
             raise ValueError(f"gpu_memory_utilization must be a number in (0, 1], got {gpu_memory_utilization!r}")
         if dtype not in _DTYPES:

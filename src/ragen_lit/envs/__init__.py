@@ -4,6 +4,7 @@
 name the bad config key; importing this package registers every env with gymnasium as
 `ragen_lit/<Name>-v0`.
 """
+
 from __future__ import annotations
 
 import inspect

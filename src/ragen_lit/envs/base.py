@@ -6,6 +6,7 @@ valid actions (the env truncates itself), invalid actions (state kept, reward 0,
 the `info` dict and `render`. A subclass implements four hooks: `_new_episode(seed)`,
 `_apply(action)`, `_observation()` and `is_success`.
 """
+
 from __future__ import annotations
 
 import numbers

@@ -10,12 +10,14 @@ Answers are never `eval`-ed: `safe_evaluate` parses them with `ast` and accepts 
 literals, the four binary operators, unary minus and parentheses, with caps on length, literal
 size and nesting depth, so a hostile answer is rejected in well under a millisecond.
 """
+
 from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +104,12 @@ def solve(numbers: Sequence[int], target: int) -> str | None:
             for j in range(i + 1, len(pool)):
                 (a, ea), (b, eb) = pool[i], pool[j]
                 rest = [pool[k] for k in range(len(pool)) if k not in (i, j)]
-                candidates = [(a + b, f"{ea} + {eb}"), (a * b, f"{ea} * {eb}"), (a - b, f"{ea} - {eb}"), (b - a, f"{eb} - {ea}")]
+                candidates = [
+                    (a + b, f"{ea} + {eb}"),
+                    (a * b, f"{ea} * {eb}"),
+                    (a - b, f"{ea} - {eb}"),
+                    (b - a, f"{eb} - {ea}"),
+                ]
                 if b != 0:
                     candidates.append((a / b, f"{ea} / {eb}"))
                 if a != 0:
@@ -173,7 +180,11 @@ class CountdownEnv(TextEnv):
     @classmethod
     def from_instance(cls, numbers: Sequence[int], target: int, **options: Any) -> CountdownEnv:
         """An env that always poses `numbers` -> `target`."""
-        if not numbers or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in numbers) or len(numbers) > 6:
+        if (
+            not numbers
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in numbers)
+            or len(numbers) > 6
+        ):
             raise OptionError("numbers", list(numbers), "1 to 6 positive integers")
         if isinstance(target, bool) or not isinstance(target, int):
             raise OptionError("target", target, "an integer")

@@ -6,10 +6,12 @@ is reachable; with `success_rate` < 1 the move is slippery (gymnasium semantics:
 with probability `success_rate`, each perpendicular move with probability (1 - success_rate) / 2).
 Reward 1 on reaching the goal, else 0; the episode ends on the goal or in a hole.
 """
+
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,6 +6,7 @@ the bundled synthetic set `ragen_lit/envs/data/mathqa_synthetic.jsonl` (made by
 correct when it equals the gold answer after `normalize_answer`. With `max_attempts` > 1 a wrong
 answer may be retried and a correct one earns 1, 0.5, 0.25, ... by attempt, as in the reference.
 """
+
 from __future__ import annotations
 
 import functools
@@ -65,7 +66,9 @@ def _load_cached(file: str, mtime_ns: int) -> QuestionSet:
                     try:
                         records.append(json.loads(line))
                     except json.JSONDecodeError as error:
-                        raise OptionError("path", file, f"one JSON object per line (line {number}: {error.msg})") from None
+                        raise OptionError(
+                            "path", file, f"one JSON object per line (line {number}: {error.msg})"
+                        ) from None
     else:
         raise OptionError("path", file, "a .jsonl or .parquet file")
     pairs = []
@@ -91,7 +94,9 @@ def _read_parquet(file: str) -> list[dict[str, Any]]:
     table = pyarrow.parquet.read_table(file)
     missing = [field for field in FIELDS if field not in table.column_names]
     if missing:
-        raise OptionError("path", file, f"columns 'question' and 'answer' (missing {missing}; has {table.column_names})")
+        raise OptionError(
+            "path", file, f"columns 'question' and 'answer' (missing {missing}; has {table.column_names})"
+        )
     return table.select(list(FIELDS)).to_pylist()
 
 

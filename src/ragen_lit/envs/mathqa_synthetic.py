@@ -5,19 +5,34 @@ The output is a pure function of --seed and --count, so re-running it reproduces
 byte. 1000 problems make the 512 validation seeds (123..634) distinct questions. Entry point:
 `scripts/make_mathqa_data.py`; the environment reading the set is `ragen_lit.envs.math_qa`.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ragen_lit.envs.math_qa import default_data_path
 
 NAMES = [
-    "Ava", "Ben", "Chen", "Dana", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jade", "Kofi", "Lena", "Mateo", "Nia",
-    "Omar", "Priya",
+    "Ava",
+    "Ben",
+    "Chen",
+    "Dana",
+    "Eli",
+    "Fatima",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "Jade",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Omar",
+    "Priya",
 ]
 ITEMS = ["apples", "stickers", "marbles", "books", "pencils", "cookies", "stamps", "shells", "cards", "balloons"]
 
@@ -44,8 +59,7 @@ def multiply(rng: random.Random) -> Problem:
 def share(rng: random.Random) -> Problem:
     item, each, children = rng.choice(ITEMS), rng.randint(2, 15), rng.randint(2, 9)
     return (
-        f"{each * children} {item} are shared equally among {children} children. "
-        f"How many {item} does each child get?"
+        f"{each * children} {item} are shared equally among {children} children. How many {item} does each child get?"
     ), each
 
 
@@ -65,8 +79,7 @@ def reading(rng: random.Random) -> Problem:
 def distance(rng: random.Random) -> Problem:
     speed, hours = rng.choice(range(40, 130, 5)), rng.randint(2, 9)
     return (
-        f"A train travels at {speed} km per hour. "
-        f"How many kilometers does it travel in {hours} hours?"
+        f"A train travels at {speed} km per hour. How many kilometers does it travel in {hours} hours?"
     ), speed * hours
 
 
@@ -82,33 +95,29 @@ def savings(rng: random.Random) -> Problem:
 def legs(rng: random.Random) -> Problem:
     cows, chickens = rng.randint(1, 30), rng.randint(1, 40)
     return (
-        f"A farm has {cows} cows and {chickens} chickens. "
-        f"How many legs do these animals have in total?"
+        f"A farm has {cows} cows and {chickens} chickens. How many legs do these animals have in total?"
     ), 4 * cows + 2 * chickens
 
 
 def area(rng: random.Random) -> Problem:
     length, width = rng.randint(3, 40), rng.randint(2, 25)
     return (
-        f"A rectangle is {length} cm long and {width} cm wide. "
-        f"What is its area in square centimeters?"
+        f"A rectangle is {length} cm long and {width} cm wide. What is its area in square centimeters?"
     ), length * width
 
 
 def discount(rng: random.Random) -> Problem:
     percent = rng.choice([10, 20, 25, 50])
     price = rng.randint(2, 80) * 4
-    return (
-        f"A jacket costs ${price}. "
-        f"It is on sale for {percent}% off. What is the sale price in dollars?"
-    ), price * (100 - percent) / 100
+    return (f"A jacket costs ${price}. It is on sale for {percent}% off. What is the sale price in dollars?"), price * (
+        100 - percent
+    ) / 100
 
 
 def half(rng: random.Random) -> Problem:
     name, liters = rng.choice(NAMES), rng.randint(3, 41) | 1
     return (
-        f"{name} pours {liters} liters of water equally into 2 buckets. "
-        f"How many liters are in each bucket?"
+        f"{name} pours {liters} liters of water equally into 2 buckets. How many liters are in each bucket?"
     ), liters / 2
 
 
@@ -121,8 +130,7 @@ def times_as_many(rng: random.Random) -> Problem:
 def population(rng: random.Random) -> Problem:
     residents, newcomers = rng.randint(1000, 90000), rng.randint(100, 9000)
     return (
-        f"A town has {residents} residents and {newcomers} more move in. "
-        f"How many residents does the town have now?"
+        f"A town has {residents} residents and {newcomers} more move in. How many residents does the town have now?"
     ), residents + newcomers
 
 
@@ -132,8 +140,21 @@ def expression(rng: random.Random) -> Problem:
 
 
 TEMPLATES: list[Callable[[random.Random], Problem]] = [
-    add, subtract, multiply, share, cost, reading, distance, savings, legs, area, discount, half, times_as_many,
-    population, expression,
+    add,
+    subtract,
+    multiply,
+    share,
+    cost,
+    reading,
+    distance,
+    savings,
+    legs,
+    area,
+    discount,
+    half,
+    times_as_many,
+    population,
+    expression,
 ]
 
 

@@ -8,11 +8,13 @@ independent breadth-first solver used by the tests and the benchmark to check th
 Rewards follow gym-sokoban: -0.1 per step, +1 box onto a target, -1 box off a target, +10 when
 solved.
 """
+
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -1,4 +1,5 @@
 """Template-collapse diagnostics: cross-scoring (model → score matrices) and the MI proxy metrics."""
+
 from ragen_lit.metrics.cross_scoring import cross_score, gather_prompts
 from ragen_lit.metrics.mi import (
     ConditionalEntropy,

@@ -17,6 +17,7 @@ fraction, compared with `min_drop_retrieval`). The two are not comparable, so a 
 window. An entry without a finite MI signal (diagnostics not due, or nothing to score) is no point of the stream;
 an entry without a finite entropy cannot satisfy rule 3, so the alarm is off there.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,9 +42,12 @@ def mi_signal(metrics: Mapping[str, float]) -> tuple[str, float] | None:
 
 def falling_for(values: list[float], patience: int, min_drop: float) -> bool:
     """Rules 1-2: the last patience+1 values strictly decrease and their first minus last exceeds min_drop."""
-    window = values[-(patience + 1):]
-    return (len(window) == patience + 1 and all(a > b for a, b in zip(window, window[1:]))
-            and window[0] - window[-1] > min_drop)
+    window = values[-(patience + 1) :]
+    return (
+        len(window) == patience + 1
+        and all(a > b for a, b in zip(window, window[1:]))
+        and window[0] - window[-1] > min_drop
+    )
 
 
 def entropy_held(entropy: float, first: float, tolerance: float) -> bool:
@@ -55,8 +59,9 @@ class CollapseAlarm:
     """Feed it each iteration's metrics with `update`; it keeps the last patience+1 MI values, the first
     diagnostics' entropy and whether it is on. Its state is a plain dict (`state_dict`), for checkpoints."""
 
-    def __init__(self, patience: int = 3, entropy_tolerance: float = 0.25, min_drop: float = 0.5,
-                 min_drop_retrieval: float = 0.1):
+    def __init__(
+        self, patience: int = 3, entropy_tolerance: float = 0.25, min_drop: float = 0.5, min_drop_retrieval: float = 0.1
+    ):
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.patience, self.entropy_tolerance = patience, entropy_tolerance
@@ -74,14 +79,17 @@ class CollapseAlarm:
         signal, value = point
         if signal != self.signal:
             self.signal, self.values = signal, []
-        self.values = [*self.values, value][-(self.patience + 1):]
+        self.values = [*self.values, value][-(self.patience + 1) :]
         entropy = metrics.get(COND_ENTROPY)
         entropy = float(entropy) if entropy is not None and math.isfinite(entropy) else None
         if self.first_entropy is None:
             self.first_entropy = entropy
-        self.on = (entropy is not None and self.first_entropy is not None
-                   and falling_for(self.values, self.patience, self.min_drops[signal])
-                   and entropy_held(entropy, self.first_entropy, self.entropy_tolerance))
+        self.on = (
+            entropy is not None
+            and self.first_entropy is not None
+            and falling_for(self.values, self.patience, self.min_drops[signal])
+            and entropy_held(entropy, self.first_entropy, self.entropy_tolerance)
+        )
         return self.on
 
     def state_dict(self) -> dict:

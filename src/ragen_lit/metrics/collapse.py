@@ -11,6 +11,7 @@ metric family. Two scopes, computed before filtering:
 In distributed runs every rank contributes its own pairs; prompts are all-gathered so each rank scores
 its rows against all columns, and the metric states (sums) reduce exactly.
 """
+
 from __future__ import annotations
 
 import random
@@ -18,10 +19,10 @@ import random
 import torch
 from torch import nn
 
-from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.metrics import MIDiagnostics
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import kv_heads_and_dim
+from ragen_lit.parallel import collectives as dist_utils
 
 
 def column_groups_of(prompts: list[list[int]]) -> torch.Tensor:
@@ -98,20 +99,31 @@ class CollapseDiagnostics(nn.Module):
         rng = random.Random(1_000_003 * iteration + dist_utils.rank_and_world()[0])
         turns = [turn for t in trajectories for turn in t.turns]
         out = {
-            "collapse/valid_reasoning_rate": sum(turn.reasoning is not None and turn.reasoning != "" for turn in turns) / max(len(turns), 1),
-            "collapse/first_turn_valid_rate": sum(bool(t.turns and t.turns[0].reasoning) for t in trajectories) / max(len(trajectories), 1),
+            "collapse/valid_reasoning_rate": sum(turn.reasoning is not None and turn.reasoning != "" for turn in turns)
+            / max(len(turns), 1),
+            "collapse/first_turn_valid_rate": sum(bool(t.turns and t.turns[0].reasoning) for t in trajectories)
+            / max(len(trajectories), 1),
         }
         was_training = policy.training
         policy.eval()
         try:
             scopes = []
             if self.cfg.first_turn:
-                scopes.append(("first_turn", self.first_turn, first_turn_pairs(trajectories, self.cfg.num_samples, rng)))
+                scopes.append(
+                    ("first_turn", self.first_turn, first_turn_pairs(trajectories, self.cfg.num_samples, rng))
+                )
             if self.cfg.trajectory:
-                scopes.append(("trajectory", self.trajectory, trajectory_pairs(trajectories, self.cfg.num_samples, rng)))
+                scopes.append(
+                    ("trajectory", self.trajectory, trajectory_pairs(trajectories, self.cfg.num_samples, rng))
+                )
             for name, metric, pairs in scopes:
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
-                out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in self._score(policy, chat, metric, pairs).items()})
+                out.update(
+                    {
+                        f"collapse/{name}/{k.replace('@', '_at')}": v
+                        for k, v in self._score(policy, chat, metric, pairs).items()
+                    }
+                )
         finally:
             policy.train(was_training)
         return out
@@ -131,7 +143,9 @@ class CollapseDiagnostics(nn.Module):
         metric.reset()
         if pairs:
             l_tok, l_sum = cross_score(
-                policy, prompts, reasonings,
+                policy,
+                prompts,
+                reasonings,
                 max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
                 pad_token_id=chat.tokenizer.pad_token_id,
             )

@@ -17,9 +17,10 @@ attention, …), fall back to packing every distinct `[x_j | z_r]` pair into ful
 In a distributed run every rank scores its own reasoning rows against all prompts: gather the
 prompts first with `gather_prompts`.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -73,8 +74,10 @@ def cross_score(
     distinct_prompts, column_of = _distinct(prompts)
     distinct_reasonings, row_of = _distinct(reasonings)
     options = {
-        "max_tokens_per_forward": max_tokens_per_forward, "pad_token_id": pad_token_id,
-        "max_tokens_per_chunk": max_tokens_per_chunk, "device": device,
+        "max_tokens_per_forward": max_tokens_per_forward,
+        "pad_token_id": pad_token_id,
+        "max_tokens_per_chunk": max_tokens_per_chunk,
+        "device": device,
     }
     with torch.no_grad():
         scores = None
@@ -123,7 +126,8 @@ def _score_with_prompt_cache(
     # every reasoning once, longest first, right-padded behind a slot for the prompt's last token
     reasoning_ids = torch.tensor(
         [[pad_token_id, *reasonings[r], *[pad_token_id] * (lengths[0] - len(reasonings[r]))] for r in order],
-        dtype=torch.long, device=device,
+        dtype=torch.long,
+        device=device,
     )
     reasoning_real = torch.tensor(lengths, device=device) + 1
     reasoning_row = torch.tensor(order, device=device)
@@ -141,13 +145,18 @@ def _score_with_prompt_cache(
             mask = torch.arange(prefix_lengths[0], device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
             group_cache = DynamicCache(config=model.config)
             token_logprobs(
-                model, ids, mask, score_mask=torch.zeros_like(mask), max_tokens_per_chunk=max_tokens_per_chunk,
+                model,
+                ids,
+                mask,
+                score_mask=torch.zeros_like(mask),
+                max_tokens_per_chunk=max_tokens_per_chunk,
                 cache=group_cache,
             )
             layers = [(layer.keys, layer.values) for layer in group_cache.layers]
             # only plain full-attention layers holding every prefix position can be gathered and continued
             if not layers or any(
-                type(layer) is not DynamicLayer or layer.keys is None
+                type(layer) is not DynamicLayer
+                or layer.keys is None
                 or tuple(layer.keys.shape[::2]) != (len(columns), prefix_lengths[0])
                 or tuple(layer.values.shape[::2]) != (len(columns), prefix_lengths[0])
                 for layer in group_cache.layers
@@ -172,8 +181,12 @@ def _score_with_prompt_cache(
                     batch_cache.update(keys[member, :, :cached], values[member, :, :cached], index)
                 cache_mask = torch.arange(cached, device=device) < prefix_of[member, None]
             logprobs = token_logprobs(
-                model, input_ids, attention_mask, max_tokens_per_chunk=max_tokens_per_chunk,
-                cache=batch_cache, cache_mask=cache_mask,
+                model,
+                input_ids,
+                attention_mask,
+                max_tokens_per_chunk=max_tokens_per_chunk,
+                cache=batch_cache,
+                cache_mask=cache_mask,
             ).logprobs
             if batch_cache is not None and batch_cache.get_seq_length() != cached + width:
                 raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")

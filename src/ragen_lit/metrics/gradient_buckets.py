@@ -9,9 +9,10 @@ No optimizer step is taken and the gradients are cleared after. The caller provi
 pieces (how a micro-batch is scored, how a bucket's rows become lock-step micro-batches), so this
 module needs no Lightning.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -77,11 +78,23 @@ def gradient_bucket_norms(
                     zero_loss(lp).backward()
                     continue
                 if kind == "task":
-                    loss = actor_loss(lp.logprobs, micro["loss_mask"], old_logprobs=micro["old_logprobs"],
-                                      advantages=micro["advantages"], **task_settings, **totals)[0]
+                    loss = actor_loss(
+                        lp.logprobs,
+                        micro["loss_mask"],
+                        old_logprobs=micro["old_logprobs"],
+                        advantages=micro["advantages"],
+                        **task_settings,
+                        **totals,
+                    )[0]
                 else:
-                    loss = actor_loss(lp.logprobs, micro["loss_mask"], entropy=lp.entropy,
-                                      ref_logprobs=micro.get("ref_logprobs"), **loss_settings, **totals)[0]
+                    loss = actor_loss(
+                        lp.logprobs,
+                        micro["loss_mask"],
+                        entropy=lp.entropy,
+                        ref_logprobs=micro.get("ref_logprobs"),
+                        **loss_settings,
+                        **totals,
+                    )[0]
                 loss.backward()
             out[f"grad/{kind}_norm/q{bucket + 1}"] = _gradient_norm(policy, sharded)
     policy.zero_grad(set_to_none=True)

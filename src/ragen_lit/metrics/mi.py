@@ -20,6 +20,7 @@ over ranks or calls gives the same `compute()` as one `update` with all rows. On
 marginal std (MI-ZScore-EMA) is not a sum: it is a buffer that each `compute()` folds the global
 std into (identically on every rank), that `reset()` keeps and that `state_dict()` saves.
 """
+
 from __future__ import annotations
 
 import math

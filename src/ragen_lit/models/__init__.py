@@ -1,4 +1,5 @@
 """Model loading (`loaders`) and the critic (`critic`); which folder to load is `ragen_lit.presets`'s job."""
+
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
     DTYPES,

@@ -1,4 +1,5 @@
 """The critic: an LM backbone plus a scalar value head, aligned with `token_logprobs`."""
+
 from __future__ import annotations
 
 import torch

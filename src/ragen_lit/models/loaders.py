@@ -2,6 +2,7 @@
 sharding and compilation use. One code path for every model: a preset (`ragen_lit.presets`) only
 decides *which folder* to load; loading is always `from_pretrained`.
 """
+
 from __future__ import annotations
 
 import types
@@ -52,7 +53,9 @@ def kv_heads_and_dim(config) -> tuple[int, int]:
     `num_key_value_heads` or `head_dim` mean full multi-head attention over `hidden_size / heads`."""
     text = config.get_text_config(decoder=True)
     heads = text.num_attention_heads
-    return getattr(text, "num_key_value_heads", None) or heads, getattr(text, "head_dim", None) or text.hidden_size // heads
+    return getattr(text, "num_key_value_heads", None) or heads, getattr(
+        text, "head_dim", None
+    ) or text.hidden_size // heads
 
 
 def layer_units(model: nn.Module) -> list[nn.Module]:
@@ -78,7 +81,9 @@ def compile_layers(model: nn.Module) -> None:
     """
     units = layer_units(model)
     if not units:
-        raise ConfigError(f"model.compile=true: {type(model).__name__} lists no repeated layer classes (_no_split_modules) to compile")
+        raise ConfigError(
+            f"model.compile=true: {type(model).__name__} lists no repeated layer classes (_no_split_modules) to compile"
+        )
     dispatchers: dict[type, object] = {}
     for unit in units:
         cls = type(unit)

@@ -1,6 +1,7 @@
 """The few collectives the RL loop needs, each a no-op when torch.distributed is not initialised.
 
 Free of Lightning, so that engines/ and metrics/ use these too instead of their own copies."""
+
 from __future__ import annotations
 
 import torch

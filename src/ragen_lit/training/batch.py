@@ -3,16 +3,19 @@
 Alignment: position t of every [B, T] tensor refers to token t. `loss_mask[b, t]` is True when token
 t was sampled by the policy; log-probs, values, rewards and advantages all live on those positions.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ragen_lit.agent.trajectory import Trajectory, pad_trajectories, right_pad
 
 
-def collate(trajectories: Sequence[Trajectory], pad_token_id: int, turn_level_rewards: bool = False) -> dict[str, torch.Tensor]:
+def collate(
+    trajectories: Sequence[Trajectory], pad_token_id: int, turn_level_rewards: bool = False
+) -> dict[str, torch.Tensor]:
     """Pad `trajectories` into a batch dict.
 
     Rewards: the episode return sits on the last sampled token (ragen2.md §5); with
@@ -67,7 +70,7 @@ def micro_batches(batch: dict[str, torch.Tensor], size: int):
     order = length_order(batch)
     lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
     for start in range(0, len(order), size):
-        rows = order[start:start + size]
+        rows = order[start : start + size]
         part = {k: v[rows] for k, v in batch.items()}
         length = int(lengths[start])  # longest first: the slice's first row is its longest
         yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}

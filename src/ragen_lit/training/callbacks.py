@@ -1,5 +1,6 @@
 """Lightning callbacks that turn iterations into logs: per-iteration metrics, validation rollouts,
 the empty-filter stop rule and a progress bar."""
+
 from __future__ import annotations
 
 import time
@@ -48,7 +49,10 @@ class IterationLogger(L.Callback):
             if self.empty_streak >= limit:
                 trainer.should_stop = True
                 if trainer.is_global_zero:
-                    print(f"\nstopping: the filter kept no rollouts for {limit} iterations in a row (filter.empty_stop_steps)")
+                    print(
+                        f"\nstopping: the filter kept no rollouts for {limit} iterations in a row "
+                        "(filter.empty_stop_steps)"
+                    )
         else:
             self.empty_streak = 0
 
@@ -106,7 +110,9 @@ class IterationProgressBar(L.Callback):
 
     @rank_zero_only
     def on_train_start(self, trainer, module):
-        self.bar = tqdm(total=trainer.max_epochs, initial=trainer.current_epoch, desc="iterations", unit="it", dynamic_ncols=True)
+        self.bar = tqdm(
+            total=trainer.max_epochs, initial=trainer.current_epoch, desc="iterations", unit="it", dynamic_ncols=True
+        )
 
     @rank_zero_only
     def on_train_epoch_end(self, trainer, module):

@@ -6,6 +6,7 @@ collapse diagnostics (every n iterations, before filtering) → reward-variance 
 mask) → old/ref log-probs, values and advantages on the kept rollouts → mini-batches.
 The data module reaches the LightningModule only through `RolloutModule` (below).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,19 @@ from ragen_lit.training.batch import collate, select_rows
 
 def episode_limits(cfg: Config) -> EpisodeLimits:
     r = cfg.rollout
-    return EpisodeLimits(r.max_turns, r.max_actions_per_turn, r.max_actions_per_episode, r.max_new_tokens, r.max_context_tokens, r.format_penalty)
+    return EpisodeLimits(
+        r.max_turns,
+        r.max_actions_per_turn,
+        r.max_actions_per_episode,
+        r.max_new_tokens,
+        r.max_context_tokens,
+        r.format_penalty,
+    )
 
 
-def plan_minibatches(num_kept: int, num_total: int, num_minibatches: int, mode: str, epochs: int, generator: torch.Generator) -> list[list[int]]:
+def plan_minibatches(
+    num_kept: int, num_total: int, num_minibatches: int, mode: str, epochs: int, generator: torch.Generator
+) -> list[list[int]]:
     """Row indices of each mini-batch (ragen2.md §4 keep-rate handling).
 
     `scale`: always `num_minibatches` optimizer steps per epoch; each mini-batch holds ~num_kept/num_minibatches
@@ -52,7 +62,7 @@ def plan_minibatches(num_kept: int, num_total: int, num_minibatches: int, mode: 
     plan = []
     for _ in range(epochs):
         order = torch.randperm(num_kept, generator=generator).tolist()
-        plan.extend(order[i:i + size] for i in range(0, num_kept, size))
+        plan.extend(order[i : i + size] for i in range(0, num_kept, size))
     return plan
 
 
@@ -109,11 +119,19 @@ class RolloutDataModule(L.LightningDataModule):
     def run_rollouts(self, module: RolloutModule, seeds, groups, temperature: float, seed: int):
         policy = module.inference_policy()  # under FSDP a full replica, never the sharded policy
         if self.engine is None:
-            self.engine = build_engine(self.cfg.rollout, self.cfg.model, policy=policy, model_path=module.model_path,
-                                       pad_token_id=module.pad_token_id, seed=self.cfg.trainer.seed)
+            self.engine = build_engine(
+                self.cfg.rollout,
+                self.cfg.model,
+                policy=policy,
+                model_path=module.model_path,
+                pad_token_id=module.pad_token_id,
+                seed=self.cfg.trainer.seed,
+            )
         self.engine.sync(policy)
         r = self.cfg.rollout
-        sampling = SamplingParams(temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed)
+        sampling = SamplingParams(
+            temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed
+        )
         return rollout(self.engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
 
     def train_dataloader(self):
@@ -123,7 +141,9 @@ class RolloutDataModule(L.LightningDataModule):
         timings = {}
         t0 = time.perf_counter()
         seeds, groups = self.train_seeds(iteration)
-        trajectories = self.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=cfg.trainer.seed * 100003 + iteration)
+        trajectories = self.run_rollouts(
+            module, seeds, groups, cfg.rollout.temperature, seed=cfg.trainer.seed * 100003 + iteration
+        )
         timings["time/generation_s"] = time.perf_counter() - t0
         metrics = rollout_metrics(trajectories)
 
@@ -131,7 +151,9 @@ class RolloutDataModule(L.LightningDataModule):
         metrics.update(module.collapse_diagnostics(trajectories, iteration))
         timings["time/diagnostics_s"] = time.perf_counter() - t1
         if cfg.logging.save_rollouts and self.run_dir is not None:
-            save_rollouts(self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer)
+            save_rollouts(
+                self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer
+            )
 
         metrics.update(module.gradient_buckets(trajectories, iteration))
         keep_rows, filter_metrics = self.select(trajectories)
@@ -145,7 +167,14 @@ class RolloutDataModule(L.LightningDataModule):
             metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
             timings["time/prepare_s"] = time.perf_counter() - t2
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
-            plan = plan_minibatches(len(kept), len(trajectories), cfg.optim.num_minibatches, cfg.filter.minibatch, cfg.algo.ppo_epochs, generator)
+            plan = plan_minibatches(
+                len(kept),
+                len(trajectories),
+                cfg.optim.num_minibatches,
+                cfg.filter.minibatch,
+                cfg.algo.ppo_epochs,
+                generator,
+            )
         else:  # this rank kept nothing but joins the other ranks' sharded forwards under FSDP (else a no-op)
             module.prepare_batch(None, keep_ratio=metrics["filter/kept_ratio"])
         metrics.update(timings)
@@ -168,7 +197,14 @@ class RolloutDataModule(L.LightningDataModule):
             keep_rows_all = select_trajectories(rewards, f.value)
             keep_groups = keep_rows_all.any(dim=1)
         else:
-            keep_groups = select_groups(rewards, strategy=f.strategy, value=f.value, score=f.score, include_zero=f.include_zero, quartile=f.quartile)
+            keep_groups = select_groups(
+                rewards,
+                strategy=f.strategy,
+                value=f.value,
+                score=f.score,
+                include_zero=f.include_zero,
+                quartile=f.quartile,
+            )
             keep_rows_all = keep_groups[:, None].expand_as(rewards)
         dist_utils.assert_same_on_all_ranks(keep_groups, "filter keep mask")
         stats = {f"filter/{k}": float(v) for k, v in filter_stats(rewards, keep_groups).items()}

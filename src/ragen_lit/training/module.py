@@ -12,6 +12,7 @@ Under `trainer.strategy=fsdp`, `configure_model` shards policy, critic and refer
 of forwards and use `inference_policy()`, a full per-rank replica of the policy refreshed from the
 shards after updates.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,7 +63,11 @@ class AgentRLModule(L.LightningModule):
                 self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
                 self.policy.gradient_checkpointing_enable()
-        self.critic = load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype) if uses_critic(cfg.algo.advantage) else None
+        self.critic = (
+            load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype)
+            if uses_critic(cfg.algo.advantage)
+            else None
+        )
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints
         self._reference = [self._frozen_copy()] if cfg.algo.kl_coef > 0 else []
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
@@ -92,8 +97,14 @@ class AgentRLModule(L.LightningModule):
             return
         if self.device_mesh is not None:
             t = self.cfg.trainer
-            self._fsdp = ShardedModels(self.policy, self.reference, self.critic, self.device_mesh["data_parallel"],
-                                       t.fsdp_param_dtype, t.fsdp_reduce_dtype)
+            self._fsdp = ShardedModels(
+                self.policy,
+                self.reference,
+                self.critic,
+                self.device_mesh["data_parallel"],
+                t.fsdp_param_dtype,
+                t.fsdp_reduce_dtype,
+            )
         if self.cfg.model.compile:
             compile_layers(self.policy)
             if self.critic is not None:
@@ -125,12 +136,18 @@ class AgentRLModule(L.LightningModule):
     # -- optimisers -------------------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.cfg.optim
+
         def warmup(step: int) -> float:
             return min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else 1.0
-        actor = torch.optim.AdamW(self.policy.parameters(), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+
+        actor = torch.optim.AdamW(
+            self.policy.parameters(), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+        )
         optimizers, schedulers = [actor], [torch.optim.lr_scheduler.LambdaLR(actor, warmup)]
         if self.critic is not None:
-            critic = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+            critic = torch.optim.AdamW(
+                self.critic.parameters(), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            )
             optimizers.append(critic)
             schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, warmup))
         return optimizers, schedulers
@@ -145,14 +162,18 @@ class AgentRLModule(L.LightningModule):
             log.warning(
                 "rollout/logprob_gap=%.3f: the rollout engine (%s) and the trainer disagree on the sampled tokens' "
                 "log-probs by more than %.2f; the engine may be computing with stale weights",
-                gap, self.cfg.rollout.engine, LOGPROB_GAP_WARNING,
+                gap,
+                self.cfg.rollout.engine,
+                LOGPROB_GAP_WARNING,
             )
             self._warned_logprob_gap = True
         return gap
 
     def _logprobs(self, model, batch, with_entropy=False):
         kwargs = {
-            "temperature": self.cfg.rollout.temperature, "with_entropy": with_entropy, "score_mask": batch["loss_mask"],
+            "temperature": self.cfg.rollout.temperature,
+            "with_entropy": with_entropy,
+            "score_mask": batch["loss_mask"],
             "compile_head": self.cfg.model.compile,
         }
         scorer = self._fsdp.scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
@@ -192,9 +213,17 @@ class AgentRLModule(L.LightningModule):
             batch[k] = merge_micro_batches(v, batch)
         entropy = batch.pop("entropy")
         advantages, returns = estimate_advantages(
-            a.advantage, mask, token_rewards=batch["token_rewards"], values=batch.get("values"),
-            turn_end_mask=batch["turn_end_mask"], scores=batch["scores"], group_ids=batch["group_ids"],
-            gamma=a.gamma, lam=a.lam, high_level_gamma=a.high_level_gamma, whiten_advantages=a.whiten_advantages,
+            a.advantage,
+            mask,
+            token_rewards=batch["token_rewards"],
+            values=batch.get("values"),
+            turn_end_mask=batch["turn_end_mask"],
+            scores=batch["scores"],
+            group_ids=batch["group_ids"],
+            gamma=a.gamma,
+            lam=a.lam,
+            high_level_gamma=a.high_level_gamma,
+            whiten_advantages=a.whiten_advantages,
         )
         if returns is not None:
             batch["returns"] = returns
@@ -212,14 +241,21 @@ class AgentRLModule(L.LightningModule):
         """`actor_loss`'s settings from `algo.*`; Dr.GRPO's constant length is the whole response budget."""
         a, r = self.cfg.algo, self.cfg.rollout
         return {
-            "clip_low": a.clip_low, "clip_high": a.clip_high, "dual_clip": a.dual_clip or None, "loss_agg": a.loss_agg,
-            "entropy_coef": a.entropy_coef, "kl_coef": a.kl_coef, "kl_estimator": a.kl_estimator,
+            "clip_low": a.clip_low,
+            "clip_high": a.clip_high,
+            "dual_clip": a.dual_clip or None,
+            "loss_agg": a.loss_agg,
+            "entropy_coef": a.entropy_coef,
+            "kl_coef": a.kl_coef,
+            "kl_estimator": a.kl_estimator,
             "norm_length": r.max_turns * r.max_new_tokens,
         }
 
     # -- diagnostics (`RolloutDataModule` calls them on every iteration's rollouts) ---------------------
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
-        return self.collapse.maybe_compute(self.inference_policy(), self.chat, trajectories, iteration, self.cfg.rollout.temperature)
+        return self.collapse.maybe_compute(
+            self.inference_policy(), self.chat, trajectories, iteration, self.cfg.rollout.temperature
+        )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
         """`diagnostics.gradient_buckets`, on the diagnostics schedule: Fig. 3's task vs regulariser gradient
@@ -238,10 +274,14 @@ class AgentRLModule(L.LightningModule):
         """`metrics.gradient_buckets.gradient_bucket_norms` of the policy on a prepared `batch`."""
         device = batch["input_ids"].device
         return gradient_bucket_norms(
-            self.policy, batch["loss_mask"], row_bucket, num_buckets,
+            self.policy,
+            batch["loss_mask"],
+            row_bucket,
+            num_buckets,
             micro_batches=lambda rows: self._micro_batches(select_rows(batch, rows.to(device))),
             score=lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
-            loss_settings=self._loss_settings(), sharded=self.sharded,
+            loss_settings=self._loss_settings(),
+            sharded=self.sharded,
         )
 
     # -- the update -------------------------------------------------------------------------------
@@ -256,8 +296,10 @@ class AgentRLModule(L.LightningModule):
     def _optimizers_and_schedulers(self):
         optimizers = self.optimizers()
         schedulers = self.lr_schedulers()
-        return (optimizers if isinstance(optimizers, list) else [optimizers],
-                schedulers if isinstance(schedulers, list) else [schedulers])
+        return (
+            optimizers if isinstance(optimizers, list) else [optimizers],
+            schedulers if isinstance(schedulers, list) else [schedulers],
+        )
 
     def update(self, minibatch, optimizers, schedulers) -> None:
         """One optimizer step of the actor (and critic) on one prepared mini-batch. None: this rank has no
@@ -278,8 +320,14 @@ class AgentRLModule(L.LightningModule):
                 self.manual_backward(zero_loss(lp))
                 continue
             loss, stats = actor_loss(
-                lp.logprobs, micro["loss_mask"], old_logprobs=micro["old_logprobs"], advantages=micro["advantages"],
-                entropy=lp.entropy, ref_logprobs=micro.get("ref_logprobs"), **settings, **totals,
+                lp.logprobs,
+                micro["loss_mask"],
+                old_logprobs=micro["old_logprobs"],
+                advantages=micro["advantages"],
+                entropy=lp.entropy,
+                ref_logprobs=micro.get("ref_logprobs"),
+                **settings,
+                **totals,
             )
             pg_total = pg_total + stats.pop("pg_loss")  # micro-batch losses add up to the mini-batch loss
             for k, v in stats.items():
@@ -301,8 +349,13 @@ class AgentRLModule(L.LightningModule):
                 self.manual_backward(zero_loss(values))
                 continue
             loss, stats = value_loss(
-                values, micro["values"], micro["returns"], micro["loss_mask"],
-                clip=self.cfg.algo.value_clip or None, loss_agg="token-mean", num_tokens=num_tokens,
+                values,
+                micro["values"],
+                micro["returns"],
+                micro["loss_mask"],
+                clip=self.cfg.algo.value_clip or None,
+                loss_agg="token-mean",
+                num_tokens=num_tokens,
             )
             value_total = value_total + loss.detach()
             for k, v in stats.items():

@@ -6,12 +6,13 @@ run did not log is skipped, and a figure that fails to draw only warns: pictures
 The history is not checkpointed, so after a resume the figures cover the resumed iterations (and replace the
 earlier run's files).
 """
+
 from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import lightning as L
 from lightning.pytorch.loggers import MLFlowLogger
@@ -70,13 +71,18 @@ def gradient_figure(history: History, label: str) -> Figure | None:
     buckets = sorted({q for per_bucket in by_kind.values() for q in per_bucket})
     if not buckets:
         return None
-    means = {kind: [sum(v) / len(v) if (v := per_bucket.get(q)) else float("nan") for q in buckets]
-             for kind, per_bucket in by_kind.items()}
+    means = {
+        kind: [sum(v) / len(v) if (v := per_bucket.get(q)) else float("nan") for q in buckets]
+        for kind, per_bucket in by_kind.items()
+    }
     return figures.gradient_buckets({label: means["task"]}, {label: means["reg"]})
 
 
 def draw_run_figures(
-    history: History, validation: Mapping[int, Mapping[str, float]], label: str, out: Path,
+    history: History,
+    validation: Mapping[int, Mapping[str, float]],
+    label: str,
+    out: Path,
 ) -> list[Path]:
     """Write every figure the run's metrics allow into `out`; returns the files written."""
     drawers: dict[str, Callable[[], Figure | None]] = {
@@ -108,8 +114,9 @@ class RunFigures(L.Callback):
         if not (trainer.is_global_zero and loggers):
             return
         with tempfile.TemporaryDirectory() as tmp:
-            files = draw_run_figures(self.iteration_logger.history, self.validation.results,
-                                     default_run_name(module.cfg), Path(tmp))
+            files = draw_run_figures(
+                self.iteration_logger.history, self.validation.results, default_run_name(module.cfg), Path(tmp)
+            )
             for logger in loggers:
                 for path in files:
                     try:

@@ -1,4 +1,5 @@
 """Run directories, MLflow wiring and the end-of-run summary."""
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,13 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     else:
         ckpt = Path(resume).expanduser().resolve()
         if not (ckpt.is_file() or is_sharded_checkpoint(ckpt)):
-            raise ConfigError(f"trainer.resume={resume!r}: no such checkpoint file or folder (or use trainer.resume=last)")
+            raise ConfigError(
+                f"trainer.resume={resume!r}: no such checkpoint file or folder (or use trainer.resume=last)"
+            )
     if is_sharded_checkpoint(ckpt) and cfg.trainer.strategy != "fsdp":
-        raise ConfigError(f"trainer.resume: {ckpt} is a sharded (FSDP) checkpoint folder; resume it with trainer.strategy=fsdp")
+        raise ConfigError(
+            f"trainer.resume: {ckpt} is a sharded (FSDP) checkpoint folder; resume it with trainer.strategy=fsdp"
+        )
     run_dir = ckpt.parent.parent
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
@@ -126,7 +131,7 @@ def summarize(history: list[dict], validation: dict[int, dict], wall_s: float) -
         summary["val_success_initial"] = validation[first].get("val/success", float("nan"))
         summary["val_success_final"] = validation[last].get("val/success", float("nan"))
     if history:
-        tail = history[-min(3, len(history)):]
+        tail = history[-min(3, len(history)) :]
         summary["train_success_last"] = sum(h.get("rollout/success", 0.0) for h in tail) / len(tail)
         summary["train_reward_mean"] = sum(h.get("rollout/reward", 0.0) for h in history) / len(history)
         summary["kept_ratio_mean"] = sum(h.get("filter/kept_ratio", 1.0) for h in history) / len(history)
@@ -145,11 +150,19 @@ def summarize(history: list[dict], validation: dict[int, dict], wall_s: float) -
 
 def format_summary(summary: dict[str, float], title: str) -> str:
     rows = [
-        ("validation success (before → after)", f"{summary.get('val_success_initial', float('nan')):.3f} → {summary.get('val_success_final', float('nan')):.3f}"),
+        (
+            "validation success (before → after)",
+            f"{summary.get('val_success_initial', float('nan')):.3f} → "
+            f"{summary.get('val_success_final', float('nan')):.3f}",
+        ),
         ("train success (last 3 iterations)", f"{summary.get('train_success_last', float('nan')):.3f}"),
         ("mean episode reward", f"{summary.get('train_reward_mean', float('nan')):.3f}"),
         ("mean kept ratio (filter)", f"{summary.get('kept_ratio_mean', float('nan')):.3f}"),
-        ("MI retrieval acc vs chance (first turn)", f"{summary.get('mi_retrieval_acc', float('nan')):.3f} vs {summary.get('mi_retrieval_chance', float('nan')):.3f}"),
+        (
+            "MI retrieval acc vs chance (first turn)",
+            f"{summary.get('mi_retrieval_acc', float('nan')):.3f} vs "
+            f"{summary.get('mi_retrieval_chance', float('nan')):.3f}",
+        ),
         ("MI estimate (nats, first turn)", f"{summary.get('mi_est', float('nan')):.3f}"),
         ("token entropy (last iteration)", f"{summary.get('token_entropy_last', float('nan')):.3f}"),
         ("iterations", f"{summary.get('iterations', 0):.0f}"),

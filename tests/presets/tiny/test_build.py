@@ -1,5 +1,6 @@
 """Building the tiny model with a reduced budget: loadable by the Auto classes, follows the response
 format greedily, cached per recipe, safe under concurrent builders."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,11 +80,19 @@ def test_greedy_output_follows_the_format(built):
     engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id)
     seeds = [123, 124, 125, 126]
     trajectories = rollout(
-        engine, lambda: make_env("frozenlake"), seeds, seeds, ChatFormat(tokenizer), EpisodeLimits(), SamplingParams(temperature=0.0)
+        engine,
+        lambda: make_env("frozenlake"),
+        seeds,
+        seeds,
+        ChatFormat(tokenizer),
+        EpisodeLimits(),
+        SamplingParams(temperature=0.0),
     )
     turns = [turn for t in trajectories for turn in t.turns]
     # a reduced build budget (120 SFT steps): the format must hold on most turns, not all
-    well_formed = [turn.reasoning is not None and turn.reasoning.startswith("Player at (") and turn.valid for turn in turns]
+    well_formed = [
+        turn.reasoning is not None and turn.reasoning.startswith("Player at (") and turn.valid for turn in turns
+    ]
     assert sum(well_formed) >= 0.75 * len(turns), [(t.reasoning, t.actions) for t in turns]
 
 
@@ -107,7 +116,12 @@ def test_concurrent_builders_build_once(tmp_path):
     cheap = dataclasses.replace(SMALL, sft_steps=2, val_envs=0, sft_episodes=8)
     lines, results = [], []
     threads = torch.get_num_threads()
-    workers = [threading.Thread(target=lambda: results.append(build_tiny_model(tmp_path / "m", recipe=cheap, log=lines.append))) for _ in range(2)]
+    workers = [
+        threading.Thread(
+            target=lambda: results.append(build_tiny_model(tmp_path / "m", recipe=cheap, log=lines.append))
+        )
+        for _ in range(2)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -139,7 +153,9 @@ def test_a_weak_sft_attempt_is_retried_and_the_best_attempt_is_kept(tmp_path):
     assert "best of 2 SFT attempts" in lines[0]
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    assert validation_success(model, ChatFormat(tokenizer), recipe) == summary["val_success"]  # the saved model is the reported one
+    assert (
+        validation_success(model, ChatFormat(tokenizer), recipe) == summary["val_success"]
+    )  # the saved model is the reported one
 
 
 def test_a_good_first_attempt_is_not_retried(tmp_path):

@@ -1,5 +1,6 @@
 """The scripted expert: hand-checked FrozenLake reasoning, solved maps through the real rollout loop,
 and well-formed replies on every env."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,7 +39,9 @@ def play(chat, env, epsilon=0.0, seed=0, max_new_tokens=400):
 
 
 def test_parse_lake_reads_the_grid():
-    observation = "Board size: 3 rows x 3 cols (zero-indexed).\nPlayer: (1, 0)\nGoal: (2, 2)\nHoles: (0, 1)\nGrid:\n_O_\nP__\n__G"
+    observation = (
+        "Board size: 3 rows x 3 cols (zero-indexed).\nPlayer: (1, 0)\nGoal: (2, 2)\nHoles: (0, 1)\nGrid:\n_O_\nP__\n__G"
+    )
     assert parse_lake(observation) == (["FHF", "FFF", "FFG"], (1, 0), (2, 2))
 
 
@@ -63,8 +66,10 @@ def test_reasoning_describes_the_situation_turn_by_turn(chat):
     assert trajectory.success
     assert [turn.reasoning for turn in trajectory.turns] == [
         "Player at (0, 0), goal at (3, 3). Holes near: (1, 1). Down leads to (1, 0). Then Down to (2, 0).",
-        "Player at (2, 0), goal at (3, 3). Holes near: (1, 1), (3, 0). Down hits a hole. Right leads to (2, 1). Then Right to (2, 2).",
-        "Player at (2, 2), goal at (3, 3). Holes near: (1, 1), (1, 3), (2, 3). Right hits a hole. Down leads to (3, 2). Then Right to (3, 3).",
+        "Player at (2, 0), goal at (3, 3). Holes near: (1, 1), (3, 0). Down hits a hole. "
+        "Right leads to (2, 1). Then Right to (2, 2).",
+        "Player at (2, 2), goal at (3, 3). Holes near: (1, 1), (1, 3), (2, 3). Right hits a hole. "
+        "Down leads to (3, 2). Then Right to (3, 3).",
     ]
     assert [turn.actions for turn in trajectory.turns] == [["Down", "Down"], ["Right", "Right"], ["Down", "Right"]]
 
@@ -104,7 +109,10 @@ def test_same_seed_same_episode(chat):
 def test_sokoban_reply_by_hand(chat):
     trajectory = play(chat, SokobanEnv.from_grid(["#####", "#PXO#", "#####"]))
     assert trajectory.success
-    assert trajectory.turns[0].reasoning == "Player at (1, 1). Boxes: (1, 2). Targets: (1, 3). Solved in 1 move; next Right."
+    assert (
+        trajectory.turns[0].reasoning
+        == "Player at (1, 1). Boxes: (1, 2). Targets: (1, 3). Solved in 1 move; next Right."
+    )
 
 
 def test_countdown_and_mathqa_are_answered(chat):
@@ -115,7 +123,7 @@ def test_countdown_and_mathqa_are_answered(chat):
 
 
 def test_action_budget_reads_the_prompt():
-    per_turn = "You can make up to 2 actions per turn, separated by \"||\".\n"
+    per_turn = 'You can make up to 2 actions per turn, separated by "||".\n'
     assert action_budget(per_turn + "You have 10 actions left.") == 2
     assert action_budget(per_turn + "You have 10 actions left. ... You have 1 actions left.") == 1
     assert action_budget("You have 5 actions left.") == 1

@@ -1,5 +1,6 @@
 """SFT on rollout trajectories: batch layout and loss weights by hand, the sampled-token loss against
 the model's own loss, length-grouped batching as a partition, and a loss that goes down."""
+
 from __future__ import annotations
 
 import random
@@ -18,15 +19,29 @@ PAD = 0
 
 def trajectory(prompt, response, close=(), next_prompt=(), next_response=()):
     t = Trajectory(group=0, seed=0)
-    for ids, sampled in ((prompt, False), (response, True), (close, False), (next_prompt, False), (next_response, True)):
+    for ids, sampled in (
+        (prompt, False),
+        (response, True),
+        (close, False),
+        (next_prompt, False),
+        (next_response, True),
+    ):
         t.append(list(ids), sampled=sampled)
     return t
 
 
 def tiny_lm(vocab=16, seed=0):
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
     return Qwen3ForCausalLM(config)
 
 
@@ -73,7 +88,9 @@ def test_finetuning_lowers_the_loss_and_is_deterministic():
     runs = []
     for _ in range(2):
         model = tiny_lm()
-        losses = supervised_finetune(model, data, steps=20, batch_size=2, learning_rate=2e-2, pad_token_id=PAD, seed=3, context_weight=0.5)
+        losses = supervised_finetune(
+            model, data, steps=20, batch_size=2, learning_rate=2e-2, pad_token_id=PAD, seed=3, context_weight=0.5
+        )
         runs.append(losses)
     assert runs[0] == runs[1]
     assert sum(runs[0][-5:]) / 5 < 0.5 * sum(runs[0][:5]) / 5
@@ -82,8 +99,19 @@ def test_finetuning_lowers_the_loss_and_is_deterministic():
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="steps"):
-        supervised_finetune(tiny_lm(), [trajectory([1], [2])], steps=0, batch_size=1, learning_rate=1e-3, pad_token_id=PAD, seed=0)
+        supervised_finetune(
+            tiny_lm(), [trajectory([1], [2])], steps=0, batch_size=1, learning_rate=1e-3, pad_token_id=PAD, seed=0
+        )
     with pytest.raises(ValueError, match="trajectory"):
         supervised_finetune(tiny_lm(), [], steps=1, batch_size=1, learning_rate=1e-3, pad_token_id=PAD, seed=0)
     with pytest.raises(ValueError, match="context_weight"):
-        supervised_finetune(tiny_lm(), [trajectory([1], [2])], steps=1, batch_size=1, learning_rate=1e-3, pad_token_id=PAD, seed=0, context_weight=-1)
+        supervised_finetune(
+            tiny_lm(),
+            [trajectory([1], [2])],
+            steps=1,
+            batch_size=1,
+            learning_rate=1e-3,
+            pad_token_id=PAD,
+            seed=0,
+            context_weight=-1,
+        )

@@ -1,4 +1,5 @@
 """The tiny model's byte-level BPE: round trips, atomic tags, digits, ChatML through ChatFormat."""
+
 from __future__ import annotations
 
 import pytest
@@ -84,7 +85,7 @@ def test_chat_format_accepts_it(tokenizer, make):
 def test_byte_tokenizer_has_one_id_per_byte():
     tok = byte_tokenizer()
     assert len(tok) == 256 + 3 + len(TAG_TOKENS)
-    assert len(tok.encode("héllo", add_special_tokens=False)) == len("héllo".encode("utf-8"))
+    assert len(tok.encode("héllo", add_special_tokens=False)) == len("héllo".encode())
 
 
 def test_bad_vocab_size_is_refused():

@@ -30,6 +30,7 @@ hidden-128, 4-layer one (fp32: this CPU has no bf16 matrix units, bf16 runs ~10x
 The folder is built in a temporary sibling and renamed into place under a file lock, so concurrent
 builders never see a half-written model: the first builds, the others wait and reuse it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,9 +38,9 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from filelock import FileLock
@@ -127,13 +128,16 @@ def built_recipe(folder: Path) -> dict | None:
 
 def format_summary(summary: dict) -> str:
     val = summary["val_success"]
-    val_text = "skipped" if val is None else f"{val:.1%} on {summary['val_envs']} maps at T={summary['val_temperature']}"
+    val_text = (
+        "skipped" if val is None else f"{val:.1%} on {summary['val_envs']} maps at T={summary['val_temperature']}"
+    )
     attempts = summary.get("attempts", [])
     if len(attempts) > 1:
         val_text += f" (best of {len(attempts)} SFT attempts: {', '.join(f'{v:.1%}' for v in attempts)})"
     return (
         f"tiny model: {summary['parameters'] / 1e6:.2f}M params, vocab {summary['vocab']}, "
-        f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes (epsilon {summary['epsilon']}), "
+        f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes "
+        f"(epsilon {summary['epsilon']}), "
         f"final loss {summary['final_loss']:.3f}, validation success {val_text}, "
         f"expert success {summary['expert_success']:.1%}, built in {summary['build_seconds']:.0f}s "
         f"({', '.join(f'{stage} {s:.0f}s' for stage, s in summary['seconds'].items())})"
@@ -210,7 +214,9 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
         lap("save")
         summary["seconds"] = seconds
         summary["build_seconds"] = sum(seconds.values())
-        (folder / BUILD_INFO).write_text(json.dumps({"recipe": dataclasses.asdict(recipe), "summary": summary}, indent=2))
+        (folder / BUILD_INFO).write_text(
+            json.dumps({"recipe": dataclasses.asdict(recipe), "summary": summary}, indent=2)
+        )
         return summary
     finally:
         torch.set_num_threads(threads)
@@ -258,7 +264,9 @@ def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
     )
 
 
-def validation_success(model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, env_name: str = "frozenlake") -> float:
+def validation_success(
+    model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, env_name: str = "frozenlake"
+) -> float:
     """Success rate of `model` on the validation seeds 123.. of `env_name`, one rollout each."""
     seeds = list(range(123, 123 + recipe.val_envs))
     engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id)

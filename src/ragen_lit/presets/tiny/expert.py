@@ -13,12 +13,13 @@ with probability `epsilon` per turn it is one uniformly random move instead, sai
 Sokoban (BFS solver), Countdown (exhaustive solver) and MathQA (gold answer) get short replies in
 the same format, so the tiny model follows the format on every env.
 """
+
 from __future__ import annotations
 
 import random
 import re
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -146,7 +147,10 @@ def sokoban_reply(observation: str, max_actions: int, rng: random.Random, epsilo
     """Reasoning and actions for one Sokoban turn: the next moves of a shortest solution."""
     rows = observation.split("Grid:\n", 1)[-1].split("\n")
     room = Room.from_grid(rows)
-    text = f"Player at {format_cell(room.player)}. Boxes: {format_cells(sorted(room.boxes))}. Targets: {format_cells(sorted(room.targets))}."
+    text = (
+        f"Player at {format_cell(room.player)}. Boxes: {format_cells(sorted(room.boxes))}. "
+        f"Targets: {format_cells(sorted(room.targets))}."
+    )
     plan = None if rng.random() < epsilon else solve_sokoban(rows)
     if not plan:
         action = rng.choice(["Up", "Down", "Left", "Right"])
@@ -165,7 +169,9 @@ def countdown_reply(observation: str) -> tuple[str, list[str]] | None:
     expression = solve_countdown(numbers, target)
     if expression is None:
         expression = " + ".join(str(n) for n in numbers)
-        return f"Target {target} from {', '.join(map(str, numbers))}. No exact solution; I use all numbers once.", [expression]
+        return f"Target {target} from {', '.join(map(str, numbers))}. No exact solution; I use all numbers once.", [
+            expression
+        ]
     return f"Target {target} from {', '.join(map(str, numbers))}. {expression} = {target}.", [expression]
 
 

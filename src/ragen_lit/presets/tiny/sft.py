@@ -10,12 +10,13 @@ positions much sooner than the assistant tokens alone: on the tiny model, with t
 SFT steps, FrozenLake validation success went from ~17% to ~44%. RL never trains on these tokens.
 Sequences are grouped by length before batching so that padding stays small.
 """
+
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

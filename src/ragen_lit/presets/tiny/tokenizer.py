@@ -14,10 +14,11 @@ copying easy:
 special, so decoding with `skip_special_tokens=True` keeps them. The ChatML template is Qwen's:
 `<|im_start|>{role}\\n{content}<|im_end|>\\n`, generation prompt `<|im_start|>assistant\\n`.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -80,7 +81,9 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1536) -> PreTrained
     """A byte-level BPE with `vocab_size` entries (bytes + merges + special tokens; the four tags come
     on top) trained on `corpus`, wrapped with the ChatML template. Deterministic for a given corpus."""
     if not isinstance(vocab_size, int) or vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be an int >= {256 + len(SPECIAL_TOKENS)} (bytes + special tokens), got {vocab_size!r}")
+        raise ValueError(
+            f"vocab_size must be an int >= {256 + len(SPECIAL_TOKENS)} (bytes + special tokens), got {vocab_size!r}"
+        )
     tokenizer = _byte_level_bpe()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
