@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ragen_lit.cli import main
 from ragen_lit.config import Config, ConfigError, EnvConfig, ModelConfig, load_config, render_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +99,17 @@ def test_cli_reports_one_line_without_traceback():
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"
+    ]
+
+
+@pytest.mark.parametrize("command", ["config", "fit"])
+def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
+    """`config` used to print a config with an unknown env and exit 0 while `fit` refused it."""
+    assert main([command, "env.name=nonsense", "logging.output_dir=/nonexistent/never-written"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "error: env.name='nonsense' is not a known environment; allowed: countdown, frozenlake, mathqa, sokoban"
     ]
 
 
