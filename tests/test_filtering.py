@@ -330,8 +330,9 @@ def test_filter_stats_empty_selection_and_zero_variance():
 
 
 def test_rv_buckets_by_hand():
-    scores = t([1, 5, 3, 2, 4, 0, 6])  # 7 groups, 6 buckets: sizes 2, 1, 1, 1, 1, 1
-    assert rv_buckets(scores).tolist() == [4, 0, 2, 3, 1, 5, 0]
+    # 7 groups, 6 buckets of sizes 2, 1, 1, 1, 1, 1 in ascending order: {0, 1}, {2}, {3}, {4}, {5}, {6}
+    scores = t([1, 5, 3, 2, 4, 0, 6])
+    assert rv_buckets(scores).tolist() == [0, 4, 2, 1, 3, 0, 5]
     assert rv_buckets(t([2, 2, 2, 2]), num_buckets=2).tolist() == [0, 0, 1, 1]
     with pytest.raises(ValueError, match="num_buckets"):
         rv_buckets(scores, num_buckets=0)
@@ -344,5 +345,5 @@ def test_rv_buckets_have_equal_counts_and_follow_the_ranking(values, num_buckets
     buckets = rv_buckets(scores, num_buckets)
     counts = torch.bincount(buckets, minlength=num_buckets)
     assert counts.max() - counts.min() <= 1 and int(counts.sum()) == len(values)
-    order = torch.sort(scores, descending=True, stable=True).indices
+    order = torch.sort(scores, stable=True).indices
     assert (buckets[order].diff() >= 0).all()

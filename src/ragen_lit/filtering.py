@@ -222,9 +222,9 @@ def filter_stats(rewards: torch.Tensor, keep: torch.Tensor, score: str = "var") 
 
 
 def rv_buckets(scores: torch.Tensor, num_buckets: int = 6) -> torch.Tensor:
-    """Equal-count RV buckets for the paper's Figure 3 gradient analysis: bucket 0 holds the highest
-    scores. Groups are ranked by descending score (ties by group index) and the ranking is cut into
-    `num_buckets` runs whose sizes differ by at most one (the first G mod b runs one larger).
+    """Equal-count RV buckets for the paper's Figure 3 gradient analysis, in its Q1 → Q6 ascending order:
+    bucket 0 holds the lowest scores. Groups are ranked by ascending score (ties by group index) and the
+    ranking is cut into `num_buckets` runs whose sizes differ by at most one (the first G mod b runs one larger).
 
     scores: [G] float -> [G] long in [0, num_buckets).
     """
@@ -232,4 +232,4 @@ def rv_buckets(scores: torch.Tensor, num_buckets: int = 6) -> torch.Tensor:
         raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
     if scores.dim() != 1:
         raise ValueError(f"scores must be [G], got shape {tuple(scores.shape)}")
-    return _rank_buckets(scores, num_buckets)
+    return _rank_buckets(-scores, num_buckets)  # the descending order of -score is the ascending one
