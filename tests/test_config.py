@@ -102,6 +102,29 @@ def test_cli_reports_one_line_without_traceback():
     ]
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["filter.level=trajectory", "filter.strategy=min_p", "filter.value=0.5"],
+            "filter.strategy='min_p' does not apply at filter.level=trajectory, which keeps the top and bottom "
+            "filter.value share of each group's rollouts; leave filter.strategy=top_p (the default) or use "
+            "filter.level=group",
+        ),
+        (
+            ["filter.level=trajectory", "filter.value=0"],
+            "filter.value=0.0 keeps nothing at filter.level=trajectory; it must be > 0 (the share of each "
+            "group's rollouts kept)",
+        ),
+    ],
+)
+def test_trajectory_level_refuses_a_group_strategy_and_a_zero_share(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value) == message
+    assert load_config(None, ["filter.level=trajectory", "filter.value=0.5"]).filter.level == "trajectory"
+
+
 @pytest.mark.parametrize("command", ["config", "fit"])
 def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
     """`config` used to print a config with an unknown env and exit 0 while `fit` refused it."""
