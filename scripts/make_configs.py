@@ -26,8 +26,8 @@ TINY_CPU = [
 ]
 RECIPES = {
     "frozenlake": (
-        "FrozenLake 4x4 (deterministic), GRPO + SNR-aware filtering, tiny model on CPU "
-        "(paper-scale: algo=ppo rollout.group_size=16)",
+        "FrozenLake 4x4 (deterministic; tiles frozen w.p. 0.8, the reference's 0.9 is in conf/paper/), "
+        "GRPO + SNR-aware filtering, tiny model on CPU (paper scale: conf/paper/frozenlake_ppo.yaml)",
         [
             "env.name=frozenlake",
             "env.options={size: 4, p: 0.8, success_rate: 1.0}",
@@ -36,7 +36,7 @@ RECIPES = {
         ],
     ),
     "frozenlake_slippery": (
-        "FrozenLake 4x4 with slip: the intended move succeeds w.p. success_rate "
+        "FrozenLake 4x4 (tiles frozen w.p. 0.8) with slip: the intended move succeeds w.p. success_rate "
         "(sweep: env.options.success_rate=0.5 ...)",
         ["env.name=frozenlake", "env.options={size: 4, p: 0.8, success_rate: 0.8}", *TINY_CPU],
     ),

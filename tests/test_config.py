@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ragen_lit.cli import main
 from ragen_lit.config import Config, ConfigError, EnvConfig, ModelConfig, load_config, render_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +99,40 @@ def test_cli_reports_one_line_without_traceback():
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"
+    ]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["filter.level=trajectory", "filter.strategy=min_p", "filter.value=0.5"],
+            "filter.strategy='min_p' does not apply at filter.level=trajectory, which keeps the top and bottom "
+            "filter.value share of each group's rollouts; leave filter.strategy=top_p (the default) or use "
+            "filter.level=group",
+        ),
+        (
+            ["filter.level=trajectory", "filter.value=0"],
+            "filter.value=0.0 keeps nothing at filter.level=trajectory; it must be > 0 (the share of each "
+            "group's rollouts kept)",
+        ),
+    ],
+)
+def test_trajectory_level_refuses_a_group_strategy_and_a_zero_share(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value) == message
+    assert load_config(None, ["filter.level=trajectory", "filter.value=0.5"]).filter.level == "trajectory"
+
+
+@pytest.mark.parametrize("command", ["config", "fit"])
+def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
+    """`config` used to print a config with an unknown env and exit 0 while `fit` refused it."""
+    assert main([command, "env.name=nonsense", "logging.output_dir=/nonexistent/never-written"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "error: env.name='nonsense' is not a known environment; allowed: countdown, frozenlake, mathqa, sokoban"
     ]
 
 

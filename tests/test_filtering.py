@@ -321,6 +321,25 @@ def test_filter_stats_by_hand():
     assert all(isinstance(v, float) for v in stats.values())
 
 
+def test_filter_stats_at_trajectory_level_count_rollouts():
+    # value .5, K = 4: the top and the bottom rollout of each group (ties by index), 6 of 12 rollouts
+    rows = [[1.0, 0.0, 0.5, 0.2], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]
+    keep = select_trajectories(t(rows), 0.5)
+    assert keep.tolist() == [[True, True, False, False], [True, False, False, True], [False, False, True, True]]
+    stats = filter_stats(t(rows), keep)
+    # kept rewards per group: {1, 0}, {1, 1}, {0, 1}: stds √½, 0, √½
+    assert stats["kept_count"] == 6.0 and stats["kept_ratio"] == 0.5 and stats["empty"] == 0.0
+    assert stats["kept_reward_std_mean"] == pytest.approx(2 * math.sqrt(0.5) / 3)
+    assert stats["kept_reward_std_max"] == pytest.approx(math.sqrt(0.5))
+    # the all-groups statistics do not depend on the level
+    group_level = filter_stats(t(rows), torch.ones(3, dtype=torch.bool))
+    for key in ("reward_std_mean", "reward_std_max", "zero_variance_count", "rv_cv"):
+        assert stats[key] == group_level[key]
+    # one kept rollout has std 0; a group keeping none is left out of the kept stds
+    one = filter_stats(t(rows), torch.tensor([[True, False, False, False], [False] * 4, [False] * 4]))
+    assert one["kept_count"] == 1.0 and one["kept_ratio"] == 1 / 12 and one["kept_reward_std_max"] == 0.0
+
+
 def test_filter_stats_empty_selection_and_zero_variance():
     stats = filter_stats(t([[1.0, 1.0], [2.0, 2.0]]), torch.zeros(2, dtype=torch.bool))
     assert stats["empty"] == 1.0 and stats["kept_count"] == 0.0 and stats["kept_reward_std_max"] == 0.0
@@ -330,8 +349,9 @@ def test_filter_stats_empty_selection_and_zero_variance():
 
 
 def test_rv_buckets_by_hand():
-    scores = t([1, 5, 3, 2, 4, 0, 6])  # 7 groups, 6 buckets: sizes 2, 1, 1, 1, 1, 1
-    assert rv_buckets(scores).tolist() == [4, 0, 2, 3, 1, 5, 0]
+    # 7 groups, 6 buckets of sizes 2, 1, 1, 1, 1, 1 in ascending order: {0, 1}, {2}, {3}, {4}, {5}, {6}
+    scores = t([1, 5, 3, 2, 4, 0, 6])
+    assert rv_buckets(scores).tolist() == [0, 4, 2, 1, 3, 0, 5]
     assert rv_buckets(t([2, 2, 2, 2]), num_buckets=2).tolist() == [0, 0, 1, 1]
     with pytest.raises(ValueError, match="num_buckets"):
         rv_buckets(scores, num_buckets=0)
@@ -344,5 +364,5 @@ def test_rv_buckets_have_equal_counts_and_follow_the_ranking(values, num_buckets
     buckets = rv_buckets(scores, num_buckets)
     counts = torch.bincount(buckets, minlength=num_buckets)
     assert counts.max() - counts.min() <= 1 and int(counts.sum()) == len(values)
-    order = torch.sort(scores, descending=True, stable=True).indices
+    order = torch.sort(scores, stable=True).indices
     assert (buckets[order].diff() >= 0).all()

@@ -140,6 +140,7 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
+    check_env(cfg)  # the same checks as `fit`: a printed config is one that `fit` accepts
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
     return 0

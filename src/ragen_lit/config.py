@@ -121,7 +121,8 @@ class FilterConfig:
     include_zero: bool = True
     """false: drop zero-variance groups before selection"""
     level: str = checked("group", choices=("group", "trajectory"))
-    """group (keep whole prompts) | trajectory (keep top/bottom rollouts inside every group)"""
+    """group (keep whole prompts) | trajectory (keep the top and bottom filter.value share of the rollouts inside
+    every group, Table 7; strategy must stay top_p, value > 0)"""
     quartile: int = checked(1, ge=1, le=4)
     """strategy=quartile: train only on this RV quartile (1 = highest variance)"""
     minibatch: str = checked("scale", choices=("scale", "fixed"))
@@ -293,6 +294,20 @@ def validate(cfg: Config) -> Config:
     for section in SECTIONS:
         check_fields(getattr(cfg, section), lambda name, section=section: f"{section}.{name}")
     flt = cfg.filter
+    if flt.level == "trajectory":
+        # `select_trajectories` keeps the top and bottom filter.value share of every group's rollouts, the one
+        # rule of that level (Table 7); a group strategy given with it would be silently ignored
+        if flt.strategy != "top_p":
+            raise ConfigError(
+                f"filter.strategy={flt.strategy!r} does not apply at filter.level=trajectory, which keeps the "
+                "top and bottom filter.value share of each group's rollouts; leave filter.strategy=top_p (the "
+                "default) or use filter.level=group"
+            )
+        if not flt.value > 0:
+            raise ConfigError(
+                f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
+                "of each group's rollouts kept)"
+            )
     if flt.strategy == "top_p" and flt.value > 1.0:
         raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
     if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:

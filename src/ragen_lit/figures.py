@@ -138,9 +138,12 @@ def mi_entropy_plane(
     return fig
 
 
-def gradient_buckets(task: Mapping[str, Sequence[float]], reg: Mapping[str, Sequence[float]]) -> Figure:
+def gradient_buckets(
+    task: Mapping[str, Sequence[float]], reg: Mapping[str, Sequence[float]], rv: Sequence[float] | None = None
+) -> Figure:
     """Two panels of grouped bars: per RV bucket (q1 lowest reward variance .. qK highest), the task and
-    the regulariser gradient norms of each label (NaN bars are left out)."""
+    the regulariser gradient norms of each label (NaN bars are left out); `rv`, each bucket's mean reward
+    variance (`grad/rv/q{k}`), labels the x-axis under the bucket names when given."""
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     panels = fig.subplots(1, 2)
     for ax, norms, title in ((panels[0], task, "task gradient norm"), (panels[1], reg, "regulariser gradient norm")):
@@ -155,8 +158,11 @@ def gradient_buckets(task: Mapping[str, Sequence[float]], reg: Mapping[str, Sequ
         for slot, (i, label, values) in enumerate(shown):
             positions = np.arange(len(values)) + (slot - (len(shown) - 1) / 2) * width
             ax.bar(positions, values, width, color=colour(i), label=label)
-        ax.set_xticks(np.arange(buckets), [f"q{k + 1}" for k in range(buckets)])
-        ax.set_xlabel("reward-variance bucket (q1: lowest)")
+        names = [f"q{k + 1}" for k in range(buckets)]
+        if rv is not None:
+            names = [f"{name}\n{value:.3g}" for name, value in zip(names, rv, strict=True)]
+        ax.set_xticks(np.arange(buckets), names)
+        ax.set_xlabel("reward-variance bucket (q1: lowest)" + ("; its mean RV below" if rv is not None else ""))
         ax.set_ylabel("mean gradient norm")
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y")

@@ -192,25 +192,36 @@ def filter_stats(rewards: torch.Tensor, keep: torch.Tensor, score: str = "var") 
     - `kept_count`, `kept_ratio` (= kept / G), `empty` (1.0 if nothing is kept)
     - `reward_std_mean`, `reward_std_max`: in-group reward std (ddof=1, 0 for K = 1) over all groups;
       `kept_reward_std_mean`, `kept_reward_std_max`: the same over kept groups (0 if none)
+    - a [G, K] `keep` (trajectory level, `select_trajectories`) counts rollouts: `kept_count` = kept rollouts,
+      `kept_ratio` = kept rollouts / (G·K) (the keep rate the update is scaled by), and the kept std of a
+      group is over its kept rollouts only (ddof=1, 0 for one), over the groups that keep any
     - `zero_variance_count`: groups whose population variance is ≤ 1e-10
     - `rv_cv` = Std(RV) / Mean(RV) over all groups (population std; 0 if Mean(RV) = 0), RV the
       `score` (`var` by default, the paper's predictor of when filtering helps)
 
-    rewards: [G, K] float; keep: [G] bool -> dict of Python floats.
+    rewards: [G, K] float; keep: [G] or [G, K] bool -> dict of Python floats.
     """
     _check_rewards(rewards)
-    if keep.dtype != torch.bool or keep.shape != rewards.shape[:1]:
-        raise ValueError(f"keep must be a [G] = [{rewards.shape[0]}] bool tensor, got {keep.dtype} {tuple(keep.shape)}")
+    if keep.dtype != torch.bool or keep.shape not in (rewards.shape[:1], rewards.shape):
+        raise ValueError(
+            f"keep must be a [G] = [{rewards.shape[0]}] or [G, K] = {list(rewards.shape)} bool tensor, "
+            f"got {keep.dtype} {tuple(keep.shape)}"
+        )
     num_groups = rewards.shape[0]
     stds = _scores(rewards, "std")
-    kept_stds = stds[keep]
+    if keep.dim() == 2:
+        kept_per_group = keep.sum(1)
+        kept_stds = _masked_stds(rewards.double(), keep)[kept_per_group > 0]
+        kept_count, total = int(kept_per_group.sum()), keep.numel()
+    else:
+        kept_stds = stds[keep]
+        kept_count, total = int(keep.sum()), num_groups
     rv = _scores(rewards, score)
     rv_mean = rv.mean() if num_groups else rv.new_zeros(())
     rv_cv = rv.std(unbiased=False) / rv_mean if rv_mean > 0 else rv.new_zeros(())
-    kept_count = int(keep.sum())
     return {
         "kept_count": float(kept_count),
-        "kept_ratio": kept_count / num_groups if num_groups else 0.0,
+        "kept_ratio": kept_count / total if total else 0.0,
         "reward_std_mean": float(stds.mean()) if num_groups else 0.0,
         "reward_std_max": float(stds.max()) if num_groups else 0.0,
         "kept_reward_std_mean": float(kept_stds.mean()) if kept_count else 0.0,
@@ -221,10 +232,18 @@ def filter_stats(rewards: torch.Tensor, keep: torch.Tensor, score: str = "var") 
     }
 
 
+def _masked_stds(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """[G] std (ddof=1) of each row's rewards where `keep` is True; 0 for rows with fewer than two."""
+    count = keep.sum(1)
+    mean = torch.where(keep, rewards, 0.0).sum(1) / count.clamp(min=1)
+    squares = torch.where(keep, rewards - mean[:, None], 0.0).square().sum(1)
+    return (squares / (count - 1).clamp(min=1)).sqrt()
+
+
 def rv_buckets(scores: torch.Tensor, num_buckets: int = 6) -> torch.Tensor:
-    """Equal-count RV buckets for the paper's Figure 3 gradient analysis: bucket 0 holds the highest
-    scores. Groups are ranked by descending score (ties by group index) and the ranking is cut into
-    `num_buckets` runs whose sizes differ by at most one (the first G mod b runs one larger).
+    """Equal-count RV buckets for the paper's Figure 3 gradient analysis, in its Q1 → Q6 ascending order:
+    bucket 0 holds the lowest scores. Groups are ranked by ascending score (ties by group index) and the
+    ranking is cut into `num_buckets` runs whose sizes differ by at most one (the first G mod b runs one larger).
 
     scores: [G] float -> [G] long in [0, num_buckets).
     """
@@ -232,4 +251,4 @@ def rv_buckets(scores: torch.Tensor, num_buckets: int = 6) -> torch.Tensor:
         raise ValueError(f"num_buckets must be an int >= 1, got {num_buckets!r}")
     if scores.dim() != 1:
         raise ValueError(f"scores must be [G], got shape {tuple(scores.shape)}")
-    return _rank_buckets(scores, num_buckets)
+    return _rank_buckets(-scores, num_buckets)  # the descending order of -score is the ascending one

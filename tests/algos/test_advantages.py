@@ -56,9 +56,20 @@ def test_gae_empty_row_is_zero():
     assert adv.abs().sum() == 0 and ret.abs().sum() == 0
 
 
-def test_gae_rejects_float_mask_and_shape_mismatch():
-    with pytest.raises(ValueError, match="bool"):
-        gae(t([[1.0]]), t([[1.0]]), torch.ones(1, 1))
+@pytest.mark.parametrize("dtype", [torch.float32, F64, torch.int64, torch.uint8])
+def test_gae_accepts_a_0_1_numeric_mask_as_the_bool_mask(dtype):
+    # same case as test_gae_skips_masked_positions: A = [.13, 0, .6, 0], R = [.63, 0, 1, 0]
+    rewards, values = t([[0.0, 5.0, 1.0, 9.0]]), t([[0.5, 100.0, 0.4, 100.0]])
+    adv, ret = gae(rewards, values, torch.tensor([[1, 0, 1, 0]], dtype=dtype), gamma=0.9, lam=0.5)
+    torch.testing.assert_close(adv, t([[0.13, 0.0, 0.6, 0.0]]))
+    torch.testing.assert_close(ret, t([[0.63, 0.0, 1.0, 0.0]]))
+
+
+def test_gae_rejects_a_numeric_mask_with_other_values_and_shape_mismatch():
+    with pytest.raises(ValueError, match=r"^mask must be bool or hold only 0 and 1, got torch.float32 holding 0.5$"):
+        gae(t([[1.0, 1.0]]), t([[1.0, 1.0]]), torch.tensor([[1.0, 0.5]]))
+    with pytest.raises(ValueError, match=r"holding 2$"):
+        gae(t([[1.0]]), t([[1.0]]), torch.tensor([[2]]))
     with pytest.raises(ValueError, match="values"):
         gae(t([[1.0, 2.0]]), t([[1.0]]), torch.ones(1, 2, dtype=torch.bool))
 

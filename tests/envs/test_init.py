@@ -1,4 +1,7 @@
 import importlib
+import os
+import subprocess
+import sys
 
 import gymnasium
 import pytest
@@ -58,3 +61,15 @@ def test_registered_with_gymnasium(env_id, env_class):
 def test_reimport_does_not_register_twice():
     importlib.reload(ragen_lit.envs)
     assert "ragen_lit/FrozenLake-v0" in gymnasium.registry
+
+
+def test_importing_the_package_alone_registers_the_envs():
+    """A fresh interpreter that imports only `ragen_lit` (not `ragen_lit.envs`) can make every env."""
+    code = (
+        "import ragen_lit, gymnasium\n"
+        "for env_id in ('ragen_lit/FrozenLake-v0', 'ragen_lit/Sokoban-v0', 'ragen_lit/Countdown-v0', "
+        "'ragen_lit/MathQA-v0'):\n"
+        "    gymnasium.make(env_id)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    assert result.returncode == 0, result.stderr

@@ -48,11 +48,11 @@ def token_lists(lengths: list[int], seed: int) -> list[list[int]]:
     return [torch.randint(1, VOCAB, (length,), generator=generator).tolist() for length in lengths]
 
 
-def naive_sequence_logprob(model, prompt: list[int], reasoning: list[int]) -> float:
-    """Σ_t log p(z_t | x, z_<t) from one unpadded forward with full fp32 logits."""
+def naive_sequence_logprob(model, prompt: list[int], reasoning: list[int], temperature: float = 1.0) -> float:
+    """Σ_t log p_T(z_t | x, z_<t), p_T = softmax(logits / T), from one unpadded forward with full fp32 logits."""
     ids = torch.tensor([prompt + reasoning])
     with torch.no_grad():
-        log_probs = model(input_ids=ids).logits.float().log_softmax(-1)[0]
+        log_probs = (model(input_ids=ids).logits.float() / temperature).log_softmax(-1)[0]
     positions = torch.arange(len(prompt), len(prompt) + len(reasoning))
     return float(log_probs[positions - 1, ids[0, positions]].sum())
 
@@ -192,6 +192,20 @@ def test_models_without_a_usable_cache_fall_back_to_full_pairs(monkeypatch, no_c
     distinct = len(set(map(tuple, MIXED_PROMPTS))) * len(set(map(tuple, MIXED_REASONINGS)))
     assert all(past == 0 for _, _, past in forwards) and sum(rows for rows, _, _ in forwards) == distinct
     torch.testing.assert_close(l_sum, naive_matrix(model, MIXED_PROMPTS, MIXED_REASONINGS), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen2-sliding"], ids=["prompt-cache", "full-pairs"])
+def test_scores_at_the_given_temperature(kind):
+    """L_sum[r, j] = Σ_t log_softmax(logits / T)[z_t] on both scoring paths; at T=0.5 and 2 the
+    log-probs differ from T=1 as log_softmax(logits / T) says, not by rounding."""
+    model = tiny_model(kind)
+    prompts, reasonings = PROMPTS[:3], REASONINGS[:3]
+    at_one = cross_score(model, prompts, reasonings)[1]
+    for temperature in (0.5, 2.0):
+        l_tok, l_sum = cross_score(model, prompts, reasonings, temperature=temperature)
+        want = torch.tensor([[naive_sequence_logprob(model, x, z, temperature) for x in prompts] for z in reasonings])
+        torch.testing.assert_close(l_sum, want, atol=1e-4, rtol=0)
+        assert (l_sum - at_one).abs().max() > 100 * 1e-4  # far beyond the tolerance above
 
 
 def test_no_grad_and_mode_left_as_is():

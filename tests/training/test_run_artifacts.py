@@ -46,6 +46,19 @@ def test_missing_metrics_skip_their_figures_only(tmp_path):
     assert draw_run_figures([], {}, "run", tmp_path / "empty") == []
 
 
+def test_the_gradient_figure_labels_its_buckets_with_their_mean_rv(monkeypatch):
+    from ragen_lit import figures
+    from ragen_lit.training.run_figures import gradient_figure
+
+    history = [{**h, "grad/rv/q1": 0.01 * i, "grad/rv/q2": 0.2} for i, h in enumerate(_history(), start=1)]
+    fig = gradient_figure(history, "run")
+    labels = [tick.get_text() for tick in fig.axes[0].get_xticklabels()]
+    assert labels == ["q1\n0.02", "q2\n0.2"]  # q1's RV: the mean of .01, .02, .03
+    assert [t.get_text() for t in gradient_figure(_history(), "run").axes[0].get_xticklabels()] == ["q1", "q2"]
+    with pytest.raises(ValueError):  # one RV per bucket
+        figures.gradient_buckets({"run": [1.0, 2.0]}, {"run": [0.5, 0.5]}, [0.1])
+
+
 def test_a_figure_that_fails_to_draw_only_warns(tmp_path, monkeypatch):
     from ragen_lit import figures
 

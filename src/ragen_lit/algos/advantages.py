@@ -27,6 +27,20 @@ def _check_token_tensors(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
             raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(tensor.shape)}")
 
 
+def _as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
+    """`mask` as a bool tensor: bool is returned as is, a numeric mask must hold only 0 and 1 (1 → True).
+
+    Numeric 0/1 masks are the common form elsewhere; any other value (e.g. 0.5, a padded -1) is refused
+    rather than guessed at.
+    """
+    if mask.dtype == torch.bool:
+        return mask
+    other = mask[(mask != 0) & (mask != 1)]
+    if other.numel():
+        raise ValueError(f"mask must be bool or hold only 0 and 1, got {mask.dtype} holding {other[0].item()}")
+    return mask == 1
+
+
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -42,8 +56,10 @@ def gae(
     their rewards and values are ignored and they get advantage 0 and return 0. No whitening (see
     `whiten`). With γ = λ = 1, A_t is the masked return-to-go minus V_t.
 
-    rewards, values: [B, T] float; mask: [B, T] bool -> (advantages [B, T], returns [B, T]).
+    rewards, values: [B, T] float; mask: [B, T] bool (a 0/1 numeric mask is accepted as the same bool mask)
+    -> (advantages [B, T], returns [B, T]).
     """
+    mask = _as_bool_mask(mask)
     _check_token_tensors(mask, rewards=rewards, values=values)
     advantages = _gae_recursion(rewards, values, mask, gamma, lam)
     returns = torch.where(mask, advantages + values, 0.0)

@@ -121,14 +121,14 @@ class CollapseDiagnostics(nn.Module):
                 out.update(
                     {
                         f"collapse/{name}/{k.replace('@', '_at')}": v
-                        for k, v in self._score(policy, chat, metric, pairs).items()
+                        for k, v in self._score(policy, chat, metric, pairs, temperature).items()
                     }
                 )
         finally:
             policy.train(was_training)
         return out
 
-    def _score(self, policy, chat, metric: MIDiagnostics, pairs) -> dict[str, float]:
+    def _score(self, policy, chat, metric: MIDiagnostics, pairs, temperature: float) -> dict[str, float]:
         # one column per distinct key (group for first turn, draw index for trajectory scope)
         keys = list(dict.fromkeys(key for _, _, key in pairs))
         column_prompt = {}
@@ -148,6 +148,7 @@ class CollapseDiagnostics(nn.Module):
                 reasonings,
                 max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
                 pad_token_id=chat.tokenizer.pad_token_id,
+                temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
             )
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()

@@ -37,6 +37,7 @@ def cross_score(
     max_tokens_per_forward: int = 8192,
     pad_token_id: int = 0,
     max_tokens_per_chunk: int = 1024,
+    temperature: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
@@ -55,6 +56,8 @@ def cross_score(
             prompt longer than the bound gets a forward of its own.
         pad_token_id: id written into padding (masked out, never scored).
         max_tokens_per_chunk: most positions whose full-vocabulary logits exist at once.
+        temperature: T of log p_T(z_t | ·) = log_softmax(logits / T)[z_t]; the rollout temperature scores the
+            reasonings under the distribution they were sampled from (as the update's old log-probs do).
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
@@ -77,6 +80,7 @@ def cross_score(
         "max_tokens_per_forward": max_tokens_per_forward,
         "pad_token_id": pad_token_id,
         "max_tokens_per_chunk": max_tokens_per_chunk,
+        "temperature": temperature,
         "device": device,
     }
     with torch.no_grad():
@@ -108,6 +112,7 @@ def _score_with_prompt_cache(
     max_tokens_per_forward: int,
     pad_token_id: int,
     max_tokens_per_chunk: int,
+    temperature: float,
     device: torch.device,
 ) -> Tensor | None:
     """L_sum [R, N] float64 scored against prompt-prefix KV caches, or None if the model's cache is unsuitable.
@@ -185,6 +190,7 @@ def _score_with_prompt_cache(
                 input_ids,
                 attention_mask,
                 max_tokens_per_chunk=max_tokens_per_chunk,
+                temperature=temperature,
                 cache=batch_cache,
                 cache_mask=cache_mask,
             ).logprobs
@@ -239,6 +245,7 @@ def _score_pairs(
     max_tokens_per_forward: int,
     pad_token_id: int,
     max_tokens_per_chunk: int,
+    temperature: float,
     device: torch.device,
 ) -> Tensor:
     """L_sum [R, N] float64 from full `[x_j | z_r]` forwards, pairs packed longest first."""
@@ -257,7 +264,12 @@ def _score_pairs(
             prompts, reasonings, pairs, longest, pad_token_id, device
         )
         logprobs = token_logprobs(
-            model, input_ids, attention_mask, score_mask=reasoning_mask, max_tokens_per_chunk=max_tokens_per_chunk
+            model,
+            input_ids,
+            attention_mask,
+            score_mask=reasoning_mask,
+            max_tokens_per_chunk=max_tokens_per_chunk,
+            temperature=temperature,
         ).logprobs
         rows = torch.tensor([r for r, _ in pairs], device=device)
         cols = torch.tensor([j for _, j in pairs], device=device)

@@ -3,8 +3,9 @@
 Groups are ranked by their reward-variance score and cut into `NUM_BUCKETS` buckets (`row_buckets`);
 on each bucket's rollouts the policy's gradient is computed twice, once for the task (policy-gradient)
 loss and once for the regulariser (entropy bonus + KL penalty), both via `algos.actor_loss`, and its
-norm is reported as `grad/task_norm/q{b}` and `grad/reg_norm/q{b}` (b = 1 is `rv_buckets`' bucket 0, the
-highest reward variance).
+norm is reported as `grad/task_norm/q{b}` and `grad/reg_norm/q{b}`, and the bucket's mean reward-variance
+score as `grad/rv/q{b}` (the figure's x-axis). b = 1 is `rv_buckets`' bucket 0, the lowest reward variance:
+q1 → q6 ascend, as the paper's Q1 → Q6.
 No optimizer step is taken and the gradients are cleared after. The caller provides the model-side
 pieces (how a micro-batch is scored, how a bucket's rows become lock-step micro-batches), so this
 module needs no Lightning.
@@ -26,12 +27,22 @@ NUM_BUCKETS = 6
 
 
 def row_buckets(rewards: torch.Tensor, score: str, num_buckets: int = NUM_BUCKETS) -> torch.Tensor:
-    """Each rollout's bucket: its group's rank by reward-variance `score` (`filter.score`), in at most
-    `num_buckets` buckets (fewer when there are fewer groups).
+    """Each rollout's bucket: its group's rank by reward-variance `score` (`filter.score`), ascending
+    (bucket 0 the lowest), in at most `num_buckets` buckets (fewer when there are fewer groups).
 
     rewards: [G, K] (G groups of K rollouts, rows in that order) -> [G·K] long."""
     group_bucket = rv_buckets(reward_variance_scores(rewards, score), min(num_buckets, rewards.shape[0]))
     return group_bucket.repeat_interleave(rewards.shape[1])
+
+
+def bucket_reward_variance(rewards: torch.Tensor, score: str, num_buckets: int = NUM_BUCKETS) -> dict[str, float]:
+    """`grad/rv/q{b}`: the mean reward-variance score (`filter.score`) of the groups in bucket b of `row_buckets`,
+    RV_b = (1 / |G_b|) Σ_{g ∈ G_b} score_g, for every bucket that holds a group.
+
+    rewards: [G, K] -> {"grad/rv/q1": RV_1, ...}, ascending in b."""
+    scores = reward_variance_scores(rewards, score)
+    group_bucket = rv_buckets(scores, min(num_buckets, rewards.shape[0]))
+    return {f"grad/rv/q{b + 1}": float(scores[group_bucket == b].mean()) for b in range(int(group_bucket.max()) + 1)}
 
 
 def gradient_bucket_norms(

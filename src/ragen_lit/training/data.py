@@ -194,10 +194,10 @@ class RolloutDataModule(L.LightningDataModule):
         local_groups = torch.tensor([t.group for t in trajectories[::K]], dtype=torch.long)
         rewards, group_ids = dist_utils.gather_groups(local, local_groups)
         if f.level == "trajectory":
-            keep_rows_all = select_trajectories(rewards, f.value)
-            keep_groups = keep_rows_all.any(dim=1)
+            # [G, K]: the statistics and the keep rate passed to the update count rollouts, not groups
+            keep = keep_rows_all = select_trajectories(rewards, f.value)
         else:
-            keep_groups = select_groups(
+            keep = select_groups(
                 rewards,
                 strategy=f.strategy,
                 value=f.value,
@@ -205,9 +205,9 @@ class RolloutDataModule(L.LightningDataModule):
                 include_zero=f.include_zero,
                 quartile=f.quartile,
             )
-            keep_rows_all = keep_groups[:, None].expand_as(rewards)
-        dist_utils.assert_same_on_all_ranks(keep_groups, "filter keep mask")
-        stats = {f"filter/{k}": float(v) for k, v in filter_stats(rewards, keep_groups).items()}
+            keep_rows_all = keep[:, None].expand_as(rewards)
+        dist_utils.assert_same_on_all_ranks(keep, "filter keep mask")
+        stats = {f"filter/{k}": float(v) for k, v in filter_stats(rewards, keep).items()}
         position = {int(g): i for i, g in enumerate(group_ids.tolist())}
         keep_rows = []
         for j, g in enumerate(local_groups.tolist()):

@@ -29,7 +29,7 @@ from ragen_lit.config import Config
 from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
-from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, gradient_bucket_norms, row_buckets
+from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
@@ -259,14 +259,16 @@ class AgentRLModule(L.LightningModule):
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
         """`diagnostics.gradient_buckets`, on the diagnostics schedule: Fig. 3's task vs regulariser gradient
-        norms per reward-variance bucket over *all* groups (before filtering); {} otherwise."""
+        norms per reward-variance bucket over *all* groups (before filtering), and each bucket's mean RV;
+        {} otherwise."""
         if not (self.cfg.diagnostics.gradient_buckets and self.collapse.due(iteration)):
             return {}
         K = self.cfg.rollout.group_size
         rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
         batch = collate(trajectories, self.pad_token_id, turn_level_rewards=self.cfg.algo.turn_level_rewards)
         self.prepare_batch(batch, keep_ratio=1.0)
-        return self.gradient_bucket_norms(batch, row_buckets(rewards, self.cfg.filter.score), NUM_BUCKETS)
+        norms = self.gradient_bucket_norms(batch, row_buckets(rewards, self.cfg.filter.score), NUM_BUCKETS)
+        return {**norms, **bucket_reward_variance(rewards, self.cfg.filter.score)}
 
     def gradient_bucket_norms(
         self, batch: dict[str, torch.Tensor], row_bucket: torch.Tensor, num_buckets: int

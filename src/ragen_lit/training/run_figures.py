@@ -26,7 +26,7 @@ from ragen_lit.training.tracking import default_run_name
 ARTIFACT_DIR = "figures"
 ENTROPY = "collapse/first_turn/cond_entropy"
 RETRIEVAL = "collapse/first_turn/retrieval_acc"
-GRAD_KEY = re.compile(r"grad/(task|reg)_norm/q(\d+)$")
+GRAD_KEY = re.compile(r"grad/(task_norm|reg_norm|rv)/q(\d+)$")
 
 History = Sequence[Mapping[str, float]]
 
@@ -62,20 +62,22 @@ def mi_figure(history: History, label: str) -> Figure | None:
 
 
 def gradient_figure(history: History, label: str) -> Figure | None:
-    """Per RV bucket, the mean over the iterations that logged it (NaN for a bucket of the other kind only)."""
-    by_kind: dict[str, dict[int, list[float]]] = {"task": {}, "reg": {}}
+    """Per RV bucket, the mean over the iterations that logged it (NaN for a bucket of the other kind only);
+    the buckets' mean RV (`grad/rv/q{k}`), where logged, labels the x-axis."""
+    by_kind: dict[str, dict[int, list[float]]] = {"task_norm": {}, "reg_norm": {}, "rv": {}}
     for h in history:
         for key, value in h.items():
             if m := GRAD_KEY.match(key):
                 by_kind[m.group(1)].setdefault(int(m.group(2)), []).append(value)
-    buckets = sorted({q for per_bucket in by_kind.values() for q in per_bucket})
+    buckets = sorted({q for kind in ("task_norm", "reg_norm") for q in by_kind[kind]})
     if not buckets:
         return None
     means = {
         kind: [sum(v) / len(v) if (v := per_bucket.get(q)) else float("nan") for q in buckets]
         for kind, per_bucket in by_kind.items()
     }
-    return figures.gradient_buckets({label: means["task"]}, {label: means["reg"]})
+    rv = means["rv"] if by_kind["rv"] else None
+    return figures.gradient_buckets({label: means["task_norm"]}, {label: means["reg_norm"]}, rv)
 
 
 def draw_run_figures(
