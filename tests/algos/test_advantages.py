@@ -132,6 +132,20 @@ def test_whiten_degenerate_masks():
     torch.testing.assert_close(whiten(values, one, shift_mean=False), t([[0.0, 7.0]]))
 
 
+def test_whiten_with_a_reducer_uses_the_sums_of_all_ranks():
+    """`reduce` stands for the other ranks' sums: here a second rank holding the same rows (it doubles
+    n, Σ A and Σ (A − μ)²). Over the 8 tokens 1, 2, 3, 4, 1, 2, 3, 4: μ = 2.5, unbiased σ² = 10 / 7."""
+    values = t([[1.0, 2.0, 3.0], [4.0, 50.0, 60.0]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    std = math.sqrt(10.0 / 7.0 + 1e-8)
+    expected = t([[-1.5 / std, -0.5 / std, 0.5 / std], [1.5 / std, 0.0, 0.0]])
+    torch.testing.assert_close(whiten(values, mask, reduce=lambda total: 2 * total), expected)
+    # a rank without rows gets the global sums too, and no output
+    seen = []
+    empty = whiten(torch.zeros(0, 1), torch.zeros(0, 1, dtype=torch.bool), reduce=lambda x: seen.append(x) or x + 4)
+    assert empty.shape == (0, 1) and len(seen) == 3
+
+
 # ---------------------------------------------------------------- bi-level GAE
 
 # two turns: [a a e1 | env | a e2]; reward 1 on the last token

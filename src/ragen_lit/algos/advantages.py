@@ -9,6 +9,7 @@ rewards, values and scores.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -99,22 +100,36 @@ def _gae_recursion(
     return advantages
 
 
-def whiten(advantages: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+def whiten(
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Masked whitening: Â = (A − μ) / sqrt(σ² + eps), μ and σ² over the valid tokens of the whole batch.
 
-    σ² is the unbiased (ddof=1) variance, as in the reference code's masked whitening; with a single
-    valid token it is taken as 0. `shift_mean=False` adds μ back (scale only). Positions with `mask`
-    False are 0 in the output; with no valid token the output is all 0.
+    μ = Σ A / n and σ² = Σ (A − μ)² / (n − 1), n the number of valid tokens: the unbiased (ddof=1)
+    variance, as in the reference code's masked whitening; with a single valid token it is taken as 0.
+    `shift_mean=False` adds μ back (scale only). Positions with `mask` False are 0 in the output; with no
+    valid token the output is all 0.
+
+    `reduce` sums a tensor over the ranks that hold the batch's other rows (e.g.
+    `parallel.collectives.sum_over_ranks`): n, Σ A and Σ (A − μ)² are then the whole batch's, so every rank
+    whitens its rows as one process would whiten all of them (the same two passes; `reduce=None`: the
+    batch is this tensor alone). With `reduce`, every rank must call this, one without rows on [0, T] tensors.
 
     advantages: [B, T] float; mask: [B, T] bool -> [B, T] float.
     """
     _check_token_tensors(mask, advantages=advantages)
-    count = mask.sum()
+    total = reduce if reduce is not None else (lambda t: t)
+    count = total(mask.sum())
     if count == 0:
         return torch.zeros_like(advantages)
-    mean = torch.where(mask, advantages, 0.0).sum() / count
+    mean = total(torch.where(mask, advantages, 0.0).sum()) / count
     centred = torch.where(mask, advantages - mean, 0.0)
-    variance = centred.pow(2).sum() / (count - 1) if count > 1 else centred.pow(2).sum()
+    squares = total(centred.pow(2).sum())
+    variance = squares / (count - 1) if count > 1 else squares
     whitened = centred * torch.rsqrt(variance + eps)
     if not shift_mean:
         whitened = whitened + mean
@@ -263,11 +278,13 @@ def estimate_advantages(
     lam: float = 1.0,
     high_level_gamma: float = 0.95,
     whiten_advantages: bool = False,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Token advantages of the estimator `algo.advantage` names (spec §5), in one place for every caller.
 
     - `gae`: `gae(token_rewards, values, mask, γ, λ)`; `bilevel_gae`: `bilevel_gae(…, turn_end_mask, …, γ_h)`;
-      both then `whiten`ed when `whiten_advantages`, and both return their returns R_t (the critic's targets).
+      both then `whiten`ed when `whiten_advantages` (over all ranks' rows with `reduce`, see `whiten`), and both
+      return their returns R_t (the critic's targets).
     - `grpo` (std-normalised), `drgrpo` (mean-centred only), `rloo` (leave-one-out baseline): one advantage per
       trajectory from `scores` within its `group_ids` group, broadcast to its valid tokens; no returns (no critic).
     Keep-rate scaling (`scale_by_keep_rate`) is a separate step.
@@ -283,7 +300,7 @@ def estimate_advantages(
                 token_rewards, values, mask, turn_end_mask, gamma=gamma, lam=lam, high_level_gamma=high_level_gamma
             )
         if whiten_advantages:
-            advantages = whiten(advantages, mask)
+            advantages = whiten(advantages, mask, reduce=reduce)
         return advantages, returns
     if estimator == "rloo":
         seq_advantages = rloo_advantages(scores, group_ids)

@@ -8,13 +8,17 @@ metric family. Two scopes, computed before filtering:
   turns uniformly; every pair is its own column (prompts that are token-identical share a column
   group, so retrieval counts a hit on any copy).
 
-In distributed runs every rank contributes its own pairs; prompts are all-gathered so each rank scores
-its rows against all columns, and the metric states (sums) reduce exactly.
+In distributed runs the pairs are drawn once over all ranks' trajectories: a small summary of each
+(`Candidate`) is all-gathered and put in group order (the single process's order of the same rollouts),
+and every rank makes the same seeded draw. Each rank then scores the drawn pairs of its own trajectories
+against all columns (their prompts are all-gathered), so N, the chance level and the metric states (sums,
+reduced over ranks) are those of one process on all the rollouts.
 """
 
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -31,24 +35,43 @@ def column_groups_of(prompts: list[list[int]]) -> torch.Tensor:
     return torch.tensor([ids.setdefault(tuple(p), len(ids)) for p in prompts], dtype=torch.long)
 
 
-def first_turn_pairs(trajectories, num_samples: int, rng: random.Random):
-    """[(prompt ids, reasoning text, group)] — one per trajectory with a valid first-turn reasoning."""
-    entries = [t for t in trajectories if t.turns and t.turns[0].reasoning]
+class Candidate(NamedTuple):
+    """What the pair draw needs of one trajectory (all-gathered over ranks, so nothing large)."""
+
+    group: int
+    num_turns: int
+    valid_turns: int  # turns with a non-empty reasoning
+    first_turn_valid: bool
+
+    @classmethod
+    def of(cls, trajectory) -> Candidate:
+        turns = trajectory.turns
+        return cls(
+            trajectory.group,
+            len(turns),
+            sum(bool(turn.reasoning) for turn in turns),
+            bool(turns and turns[0].reasoning),
+        )
+
+
+def first_turn_pairs(candidates: list[Candidate], num_samples: int, rng: random.Random) -> list[tuple[int, int, int]]:
+    """[(candidate index, valid-turn index 0, column key = group)]: one per candidate with a valid first-turn
+    reasoning, at most `num_samples` of them drawn without replacement."""
+    entries = [i for i, c in enumerate(candidates) if c.first_turn_valid]
     if len(entries) > num_samples:
         entries = rng.sample(entries, num_samples)
-    return [(t.token_ids[: t.turns[0].prompt_end], t.turns[0].reasoning, t.group) for t in entries]
+    return [(i, 0, candidates[i].group) for i in entries]
 
 
-def trajectory_pairs(trajectories, num_samples: int, rng: random.Random):
-    """[(prompt ids, reasoning text, column key)] drawn with replacement: trajectory then turn."""
-    valid = [(t, [turn for turn in t.turns if turn.reasoning]) for t in trajectories]
-    valid = [(t, turns) for t, turns in valid if turns]
-    total = sum(len(turns) for _, turns in valid)
+def trajectory_pairs(candidates: list[Candidate], num_samples: int, rng: random.Random) -> list[tuple[int, int, int]]:
+    """[(candidate index, valid-turn index, column key = draw index k)], min(`num_samples`, valid turns) draws
+    with replacement: a candidate with a valid turn uniformly, then one of its valid turns uniformly."""
+    valid = [i for i, c in enumerate(candidates) if c.valid_turns]
+    total = sum(candidates[i].valid_turns for i in valid)
     pairs = []
     for k in range(min(num_samples, total)):
-        traj, turns = rng.choice(valid)
-        turn = rng.choice(turns)
-        pairs.append((traj.token_ids[: turn.prompt_end], turn.reasoning, k))
+        i = rng.choice(valid)
+        pairs.append((i, rng.randrange(candidates[i].valid_turns), k))
     return pairs
 
 
@@ -94,62 +117,75 @@ class CollapseDiagnostics(nn.Module):
 
     @torch.no_grad()
     def maybe_compute(self, policy, chat, trajectories, iteration: int, temperature: float = 1.0) -> dict[str, float]:
+        """The collapse metrics of this iteration's rollouts ({} when not due). A collective under several
+        ranks: every rank calls it with its own `trajectories`; all get the values of all ranks' rollouts."""
         if not self.due(iteration):
             return {}
-        rng = random.Random(1_000_003 * iteration + dist_utils.rank_and_world()[0])
-        turns = [turn for t in trajectories for turn in t.turns]
+        gathered, offset = dist_utils.gather_lists([Candidate.of(t) for t in trajectories])
+        # group order is the single process's order of the same rollouts (ranks are dealt groups round-robin)
+        order = sorted(range(len(gathered)), key=lambda i: gathered[i].group)
+        candidates = [gathered[i] for i in order]
+        # the same draw on every rank
+        rng = random.Random(1_000_003 * iteration)
         out = {
-            "collapse/valid_reasoning_rate": sum(turn.reasoning is not None and turn.reasoning != "" for turn in turns)
-            / max(len(turns), 1),
-            "collapse/first_turn_valid_rate": sum(bool(t.turns and t.turns[0].reasoning) for t in trajectories)
-            / max(len(trajectories), 1),
+            "collapse/valid_reasoning_rate": sum(c.valid_turns for c in candidates)
+            / max(sum(c.num_turns for c in candidates), 1),
+            "collapse/first_turn_valid_rate": sum(c.first_turn_valid for c in candidates) / max(len(candidates), 1),
         }
+        # a draw's trajectory, if this rank holds it
+        local = {j: trajectories[i - offset] for j, i in enumerate(order) if offset <= i < offset + len(trajectories)}
         was_training = policy.training
         policy.eval()
         try:
             scopes = []
             if self.cfg.first_turn:
-                scopes.append(
-                    ("first_turn", self.first_turn, first_turn_pairs(trajectories, self.cfg.num_samples, rng))
-                )
+                scopes.append(("first_turn", self.first_turn, first_turn_pairs(candidates, self.cfg.num_samples, rng)))
             if self.cfg.trajectory:
-                scopes.append(
-                    ("trajectory", self.trajectory, trajectory_pairs(trajectories, self.cfg.num_samples, rng))
-                )
+                scopes.append(("trajectory", self.trajectory, trajectory_pairs(candidates, self.cfg.num_samples, rng)))
             for name, metric, pairs in scopes:
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
                 out.update(
                     {
                         f"collapse/{name}/{k.replace('@', '_at')}": v
-                        for k, v in self._score(policy, chat, metric, pairs, temperature).items()
+                        for k, v in self._score(policy, chat, metric, pairs, local, temperature).items()
                     }
                 )
         finally:
             policy.train(was_training)
         return out
 
-    def _score(self, policy, chat, metric: MIDiagnostics, pairs, temperature: float) -> dict[str, float]:
-        # one column per distinct key (group for first turn, draw index for trajectory scope)
-        keys = list(dict.fromkeys(key for _, _, key in pairs))
-        column_prompt = {}
-        for prompt, _, key in pairs:
-            column_prompt.setdefault(key, prompt)
-        local_prompts = [column_prompt[k] for k in keys]
-        prompts, offset = dist_utils.gather_lists(local_prompts)
-        if len(prompts) < 2:
+    def _score(self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float) -> dict[str, float]:
+        """Score this rank's share of the drawn `pairs` (those whose trajectory is in `local`) against every
+        pair's column: one column per distinct key (group for first turn, draw index for trajectory scope),
+        its prompt that of the key's first pair, supplied by the rank holding that pair's trajectory."""
+        first_pair = {}
+        for j, t, key in pairs:
+            first_pair.setdefault(key, (j, t))
+        if len(first_pair) < 2:  # every rank drew the same pairs, so all of them return here
             return {}
-        reasonings = [chat.encode(text) for _, text, _ in pairs]
-        target = torch.tensor([offset + keys.index(key) for _, _, key in pairs], dtype=torch.long)
+        column = {key: c for c, key in enumerate(first_pair)}
+
+        def drawn_turn(j: int, t: int):
+            return [turn for turn in local[j].turns if turn.reasoning][t]
+
+        owned = [
+            (column[key], local[j].token_ids[: drawn_turn(j, t).prompt_end])
+            for key, (j, t) in first_pair.items()
+            if j in local
+        ]
+        prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
+        mine = [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]
         metric.reset()
-        if pairs:
+        if mine:
             l_tok, l_sum = cross_score(
                 policy,
                 prompts,
-                reasonings,
+                [chat.encode(text) for text, _ in mine],
                 max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
                 pad_token_id=chat.tokenizer.pad_token_id,
                 temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
             )
+            target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()
         return {k: float(v) for k, v in values.items()}

@@ -85,7 +85,7 @@ class RolloutModule(Protocol):
 
     def prepare_batch(self, batch: dict[str, torch.Tensor] | None, keep_ratio: float) -> dict[str, float]:
         """Adds old/ref log-probs, values, returns and advantages to the kept rows' `batch` (in place);
-        None: this rank kept nothing but joins the other ranks' collective forwards, if any."""
+        None: this rank kept nothing but joins the other ranks' collectives (forwards, whitening sums)."""
 
 
 class RolloutDataModule(L.LightningDataModule):
@@ -175,7 +175,7 @@ class RolloutDataModule(L.LightningDataModule):
                 cfg.algo.ppo_epochs,
                 generator,
             )
-        else:  # this rank kept nothing but joins the other ranks' sharded forwards under FSDP (else a no-op)
+        else:  # this rank kept nothing but joins the other ranks' collectives (sharded forwards, whitening sums)
             module.prepare_batch(None, keep_ratio=metrics["filter/kept_ratio"])
         metrics.update(timings)
         self.iteration_metrics = metrics

@@ -47,6 +47,19 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
+def _no_rows(device: torch.device) -> dict[str, torch.Tensor]:
+    """An empty batch (no rows, one token position) with the keys `estimate_advantages` reads."""
+    tokens, flags = torch.zeros(0, 1, device=device), torch.zeros(0, 1, dtype=torch.bool, device=device)
+    return {
+        "loss_mask": flags,
+        "token_rewards": tokens,
+        "values": tokens,
+        "turn_end_mask": flags,
+        "scores": torch.zeros(0, device=device),
+        "group_ids": torch.zeros(0, dtype=torch.long, device=device),
+    }
+
+
 class AgentRLModule(L.LightningModule):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -185,8 +198,8 @@ class AgentRLModule(L.LightningModule):
     def prepare_batch(self, batch: dict[str, torch.Tensor] | None, keep_ratio: float) -> dict[str, float]:
         """Adds `old_logprobs`, `ref_logprobs`, `values`, `returns`, `advantages` to `batch` (in place,
         moved to this module's device) and returns iteration metrics. `batch=None`: this rank kept
-        nothing; under FSDP it still joins the other ranks' sharded forwards, and returns no metrics."""
-        a = self.cfg.algo
+        nothing; it still joins the other ranks' collectives (under FSDP their sharded forwards, and the
+        whitening sums), and returns no metrics."""
         if batch is not None:
             for k in list(batch):
                 batch[k] = batch[k].to(self.device)
@@ -207,24 +220,14 @@ class AgentRLModule(L.LightningModule):
         if self.sharded:
             self._fsdp.reshard()
         if batch is None:
+            # whitening sums over all ranks' rows: this rank adds its (empty) share, or the others would wait
+            self._estimate_advantages(_no_rows(self.device))
             return {}
         mask = batch["loss_mask"]
         for k, v in parts.items():
             batch[k] = merge_micro_batches(v, batch)
         entropy = batch.pop("entropy")
-        advantages, returns = estimate_advantages(
-            a.advantage,
-            mask,
-            token_rewards=batch["token_rewards"],
-            values=batch.get("values"),
-            turn_end_mask=batch["turn_end_mask"],
-            scores=batch["scores"],
-            group_ids=batch["group_ids"],
-            gamma=a.gamma,
-            lam=a.lam,
-            high_level_gamma=a.high_level_gamma,
-            whiten_advantages=a.whiten_advantages,
-        )
+        advantages, returns = self._estimate_advantages(batch)
         if returns is not None:
             batch["returns"] = returns
         batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, self.cfg.filter.advantage_scaling)
@@ -236,6 +239,25 @@ class AgentRLModule(L.LightningModule):
         if self.critic is not None:
             metrics["critic/value_mean"] = _masked_mean(batch["values"], mask)
         return metrics
+
+    def _estimate_advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`estimate_advantages` of this rank's rows; GAE whitening uses the sums over all ranks' rows, so
+        that a multi-rank run whitens as the single process on all rows does (a collective when whitening)."""
+        a = self.cfg.algo
+        return estimate_advantages(
+            a.advantage,
+            batch["loss_mask"],
+            token_rewards=batch["token_rewards"],
+            values=batch.get("values"),
+            turn_end_mask=batch["turn_end_mask"],
+            scores=batch["scores"],
+            group_ids=batch["group_ids"],
+            gamma=a.gamma,
+            lam=a.lam,
+            high_level_gamma=a.high_level_gamma,
+            whiten_advantages=a.whiten_advantages,
+            reduce=dist_utils.sum_over_ranks,
+        )
 
     def _loss_settings(self) -> dict:
         """`actor_loss`'s settings from `algo.*`; Dr.GRPO's constant length is the whole response budget."""

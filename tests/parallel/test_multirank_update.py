@@ -1,0 +1,117 @@
+"""2 gloo ranks (plain data parallel) run `prepare_batch` + `update` on their own rows, against one process on
+all rows, for every algorithm preset.
+
+Unlike `test_fsdp.py`, which hands each rank the single process's advantages, each rank here computes its own
+advantages from its own rows, as in a run: the GAE presets (ppo, dapo) whiten them, and whitening over one
+rank's rows instead of the whole batch's moves them (and so the update). The rows are split by group (as
+`train_seeds` deals them), so GRPO's group baselines are whole on each rank. Split A gives rank 0 groups 0 and
+1 and rank 1 group 2; split B gives rank 1 no rows at all (it takes `prepare_batch(None)` / `update(None)`).
+Advantages and the weights after one SGD step (lr 1, so the step is the gradient) must equal the single
+process's to float32 precision.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from tests.parallel.test_fsdp import _full_weights, _raw_batch
+
+from ragen_lit.config import load_config
+from ragen_lit.training.batch import select_rows
+
+PRESETS = ("ppo", "dapo", "grpo", "drgrpo")
+SPLITS = {"A": ([0, 1, 2, 3], [4, 5]), "B": ([0, 1, 2, 3, 4, 5], [])}
+TOL = 1e-6
+
+
+def _cfg(model_dir, preset):
+    return load_config(
+        None,
+        [
+            f"model.path={model_dir}",
+            "model.dtype=float32",
+            f"algo={preset}",
+            "algo.kl_coef=0.05",
+            "optim.micro_batch_size=2",
+            "trainer.threads=1",
+        ],
+    )
+
+
+def _models(module):
+    return [m for m in (module.policy, module.critic) if m is not None]
+
+
+def _sgd(module):
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1.0) for m in _models(module)]
+    return optimizers, [torch.optim.lr_scheduler.LambdaLR(o, lambda _: 1.0) for o in optimizers]
+
+
+def _module(model_dir, preset):
+    from ragen_lit.training.module import AgentRLModule, attach_fabric
+
+    torch.manual_seed(0)
+    module = attach_fabric(AgentRLModule(_cfg(model_dir, preset)))  # `update` without a Trainer
+    module.on_fit_start()
+    return module
+
+
+def _run(module, raw):
+    """prepare_batch + one update on `raw` (None: no rows here); the advantages and the weights after."""
+    batch = None if raw is None else {k: v.clone() for k, v in raw.items()}
+    module.prepare_batch(batch, keep_ratio=1.0)
+    module.update(batch, *_sgd(module))
+    return {
+        "advantages": None if batch is None else batch["advantages"],
+        "weights": [_full_weights(m) for m in _models(module)],
+    }
+
+
+def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        expected = torch.load(expected_path, weights_only=False)
+        for preset in PRESETS:
+            for split, rows_of_rank in SPLITS.items():
+                if preset != "ppo" and split == "B":
+                    continue  # the rank without rows takes the same path for every preset
+                rows = rows_of_rank[rank]
+                mine = select_rows(expected["raw"], rows) if rows else None
+                got = _run(_module(model_dir, preset), mine)
+                want = expected[preset]
+                if rows:
+                    torch.testing.assert_close(
+                        got["advantages"],
+                        want["advantages"][rows],
+                        atol=TOL,
+                        rtol=0,
+                        msg=f"{preset}/{split}",
+                    )
+                for got_model, want_model in zip(got["weights"], want["weights"], strict=True):
+                    for key, value in want_model.items():
+                        torch.testing.assert_close(
+                            got_model[key], value, atol=TOL, rtol=0, msg=f"{preset}/{split}/{key}"
+                        )
+    finally:
+        dist.destroy_process_group()
+
+
+def test_data_parallel_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
+    import torch.multiprocessing as mp
+
+    expected = {}
+    for preset in PRESETS:
+        module = _module(tiny_model_dir, preset)
+        expected["raw"] = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
+        expected[preset] = _run(module, expected["raw"])
+    # each half's own whitening would differ from the whole batch's: the check below could fail
+    ppo = expected["ppo"]["advantages"]
+    assert (ppo[:4] != 0).any() and (ppo[4:] != 0).any()
+    path = tmp_path / "expected.pt"
+    torch.save(expected, path)
+    mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path)), nprocs=2, join=True)
