@@ -3,6 +3,7 @@ every algorithm preset and every shipped recipe trains, an all-empty filter stop
 2 gloo ranks train together with DDP and with FSDP (which also resumes)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -65,6 +66,13 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     ):
         assert f"metrics.{key}" in runs.columns, key
     assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
+    # the MI diagnostics ran (diagnostics every iteration): first-turn retrieval accuracy and its chance level
+    client = mlflow.tracking.MlflowClient()
+    for key in ("collapse/first_turn/retrieval_acc", "collapse/first_turn/retrieval_chance"):
+        values = [m.value for m in client.get_metric_history(row["run_id"], key)]
+        assert len(values) == 2 and all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values), (key, values)
+    chance = client.get_metric_history(row["run_id"], "collapse/first_turn/retrieval_chance")
+    assert all(m.value > 0 for m in chance)
     run_dir = next(tmp_path.glob("frozenlake-grpo-*"))
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert len(list((run_dir / "checkpoints").glob("iter-*.ckpt"))) == 2
@@ -77,7 +85,6 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=3", "trainer.resume=last"))
     runs = _runs(tmp_path)
     assert len(runs) == 1
-    client = mlflow.tracking.MlflowClient()
     steps = sorted(m.step for m in client.get_metric_history(runs.iloc[0]["run_id"], "rollout/success"))
     assert steps == [1, 2, 3]
 
