@@ -1,5 +1,5 @@
 """`scripts/bench_filter.py` (`ragen_lit.bench.filter`) on a tiny configuration: it runs through the real update
-path and prints its table."""
+path, prints its table, and the filtered update meets the bench's target (time ~ kept_ratio x unfiltered)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_filter.py"
+ROW = r"^{}\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$"
 
 
-def test_prints_both_settings_and_a_verdict(tiny_model_dir):
+def test_filtered_update_time_falls_with_the_keep_rate(tiny_model_dir):
+    # top-p 0.5 keeps about half of the 4 groups, so the target is a real bound (at kept_ratio 1 it is trivially met);
+    # 2 mini-batches of 8 rows and the median of 5 repeats keep the per-step fixed cost and timing noise small
     overrides = [
         f"model.path={tiny_model_dir}",
         "model.name=hf",
@@ -19,10 +22,12 @@ def test_prints_both_settings_and_a_verdict(tiny_model_dir):
         "rollout.group_size=4",
         "rollout.max_turns=2",
         "rollout.max_new_tokens=48",
+        "filter.value=0.5",
+        "optim.num_minibatches=2",
         "trainer.threads=1",
     ]
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--repeats", "1", *overrides],
+        [sys.executable, str(SCRIPT), "--repeats", "5", *overrides],
         capture_output=True,
         text=True,
         timeout=600,
@@ -30,11 +35,19 @@ def test_prints_both_settings_and_a_verdict(tiny_model_dir):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert out.startswith("bench_filter  ") and "rollouts=16" in out
-    none = re.search(r"^none\s+1\.00\s+1\.000\s+16\s+1\.000\s+4\s+([0-9.]+)\s+1\.000", out, flags=re.MULTILINE)
-    assert none and float(none.group(1)) > 0, out
-    top_p = re.search(r"^top_p\s+0\.90\s+([0-9.]+)\s+(\d+)", out, flags=re.MULTILINE)
-    assert top_p, out
-    kept_ratio, kept_rows = float(top_p.group(1)), int(top_p.group(2))
+    assert out.startswith("bench_filter  ") and "rollouts=16" in out and "minibatch=scale" in out
+    none = re.search(ROW.format("none"), out, flags=re.MULTILINE)
+    top_p = re.search(ROW.format("top_p"), out, flags=re.MULTILINE)
+    assert none and top_p, out
+    assert float(none.group(2)) == 1.0 and int(none.group(3)) == 16 and float(none.group(6)) > 0, out
+    kept_ratio, kept_rows, token_ratio, steps = (
+        float(top_p.group(2)),
+        int(top_p.group(3)),
+        float(top_p.group(4)),
+        int(top_p.group(5)),
+    )
+    assert 0 < kept_ratio < 1, out  # the filter dropped something, so there is a saving to measure
     assert kept_rows == round(kept_ratio * 16) and kept_rows % 4 == 0  # whole groups of 4
-    assert re.search(r"^target: .*(meets|MISSES|not measurable)", out, flags=re.MULTILINE)
+    assert token_ratio < 1
+    assert steps == int(none.group(5)) == 2  # filter.minibatch=scale: same optimizer steps, smaller mini-batches
+    assert re.search(r"^target: filtered update <= .* -> meets$", out, flags=re.MULTILINE), out

@@ -4,7 +4,7 @@
 CLI (Lightning relaunches this same script for the other ranks); every rank writes OUT/rank{r}.pt holding, at
 train start (after any checkpoint restore) and at train end, its inference policy's weights and its
 actor optimizer's step count, plus per iteration the filter statistics (computed from all ranks'
-rewards) and how many rows it kept itself.
+rewards) and how many rows it kept itself, and its own rows' rewards.
 """
 
 from __future__ import annotations
@@ -48,7 +48,14 @@ _select = RolloutDataModule.select
 
 def select(self, trajectories):
     keep_rows, stats = _select(self, trajectories)
-    RECORD["filter"].append({"stats": stats, "kept_rows": len(keep_rows), "rows": len(trajectories)})
+    RECORD["filter"].append(
+        {
+            "stats": stats,
+            "kept_rows": len(keep_rows),
+            "rows": len(trajectories),
+            "rewards": [t.reward for t in trajectories],
+        }
+    )
     return keep_rows, stats
 
 

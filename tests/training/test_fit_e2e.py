@@ -3,6 +3,7 @@ every algorithm preset and every shipped recipe trains, an all-empty filter stop
 2 gloo ranks train together with DDP and with FSDP (which also resumes)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -65,6 +66,13 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     ):
         assert f"metrics.{key}" in runs.columns, key
     assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
+    # the MI diagnostics ran (diagnostics every iteration): first-turn retrieval accuracy and its chance level
+    client = mlflow.tracking.MlflowClient()
+    for key in ("collapse/first_turn/retrieval_acc", "collapse/first_turn/retrieval_chance"):
+        values = [m.value for m in client.get_metric_history(row["run_id"], key)]
+        assert len(values) == 2 and all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values), (key, values)
+    chance = client.get_metric_history(row["run_id"], "collapse/first_turn/retrieval_chance")
+    assert all(m.value > 0 for m in chance)
     run_dir = next(tmp_path.glob("frozenlake-grpo-*"))
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert len(list((run_dir / "checkpoints").glob("iter-*.ckpt"))) == 2
@@ -77,7 +85,6 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=3", "trainer.resume=last"))
     runs = _runs(tmp_path)
     assert len(runs) == 1
-    client = mlflow.tracking.MlflowClient()
     steps = sorted(m.step for m in client.get_metric_history(runs.iloc[0]["run_id"], "rollout/success"))
     assert steps == [1, 2, 3]
 
@@ -122,6 +129,83 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     assert ("metrics.critic/value_loss" in row.index) == (preset in ("ppo", "dapo"))
 
 
+def _history(run_id: str, key: str) -> list[float]:
+    return [
+        m.value for m in sorted(mlflow.tracking.MlflowClient().get_metric_history(run_id, key), key=lambda m: m.step)
+    ]
+
+
+def _assert_logged_and_finite(run_id: str, keys, iterations: int = 2) -> None:
+    for key in keys:
+        values = _history(run_id, key)
+        assert len(values) == iterations and all(math.isfinite(v) for v in values), (key, values)
+
+
+# the ablation paths through `fit` (2 iterations each): overrides, then the metrics each must log (finite, every
+# iteration), and the filter.minibatch mode whose optimizer-step count the checkpoint must show (GRPO: one optimizer)
+ABLATIONS = {
+    "ppo_bilevel_gae_kl": (
+        ["algo=ppo", "algo.advantage=bilevel_gae", "algo.kl_coef=0.05"],
+        ["actor/kl", "critic/value_loss", "critic/value_mean", "actor/pg_loss"],
+        None,
+    ),
+    "rloo_minibatch_scale": (
+        ["algo.advantage=rloo", "filter.minibatch=scale", "filter.value=0.5"],
+        ["actor/pg_loss"],
+        "scale",
+    ),
+    "quartile_gradient_buckets_minibatch_fixed": (
+        ["filter.strategy=quartile", "diagnostics.gradient_buckets=true", "filter.minibatch=fixed"],
+        ["actor/pg_loss"],
+        "fixed",
+    ),
+    "trajectory_level": (["filter.level=trajectory"], [], None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ABLATIONS))
+def test_ablation_paths_fit_and_log(tmp_path, tiny_model_dir, name):
+    from ragen_lit.training.data import plan_minibatches
+
+    overrides, keys, minibatch = ABLATIONS[name]
+    diagnose = "diagnostics.gradient_buckets=true" in overrides
+    cfg = _cfg(
+        tmp_path,
+        tiny_model_dir,
+        "trainer.iterations=2",
+        "trainer.checkpoint_every=1",
+        "validation.num_envs=0",
+        "rollout.groups=4",
+        "rollout.max_turns=1",
+        f"diagnostics.every_n_iterations={int(diagnose)}",
+        *overrides,
+    )
+    assert fit(cfg)["iterations"] == 2
+    row = _runs(tmp_path).iloc[0]
+    for override in overrides:  # the run really used the ablation's settings
+        key, value = override.split("=")
+        assert str(row[f"params.{'algo.name' if key == 'algo' else key}"]).lower() == value, override
+    _assert_logged_and_finite(row["run_id"], ["filter/kept_ratio", "filter/kept_count", *keys])
+    kept_ratio = _history(row["run_id"], "filter/kept_ratio")
+    assert all(0.0 < r <= 1.0 for r in kept_ratio), kept_ratio
+    if diagnose:  # Fig. 3 bucket norms: task and regulariser, every bucket finite (whatever order the buckets have)
+        for kind in ("task", "reg"):
+            bucket_keys = [c[len("metrics.") :] for c in row.index if c.startswith(f"metrics.grad/{kind}_norm/q")]
+            assert len(bucket_keys) >= 2, row.index.tolist()
+            _assert_logged_and_finite(row["run_id"], bucket_keys)
+    if minibatch is not None:  # optimizer steps = the mini-batches `plan_minibatches` makes of each iteration's rows
+        K, total = cfg.rollout.group_size, cfg.rollout.groups * cfg.rollout.group_size
+        kept_rows = [int(c) * K for c in _history(row["run_id"], "filter/kept_count")]
+        plans = {
+            mode: sum(len(plan_minibatches(k, total, 2, mode, 1, torch.Generator())) for k in kept_rows)
+            for mode in ("scale", "fixed")
+        }
+        assert plans["scale"] != plans["fixed"], kept_rows  # the filter dropped rows, so the two modes differ
+        checkpoint = next(tmp_path.glob("frozenlake-*")) / "checkpoints" / "last.ckpt"
+        assert torch.load(checkpoint, weights_only=False)["global_step"] == plans[minibatch], (kept_rows, plans)
+
+
 @pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))
 def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
     summary = fit(
@@ -154,30 +238,6 @@ def test_all_empty_filter_stops_cleanly(tmp_path, tiny_model_dir):
     assert row["metrics.filter/empty"] == 1.0 and "metrics.actor/pg_loss" not in row.index
 
 
-def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
-    cmd = [
-        sys.executable,
-        "-m",
-        "ragen_lit",
-        "fit",
-        "--config",
-        str(ROOT / "conf" / "frozenlake.yaml"),
-        f"model.path={tiny_model_dir}",
-        f"logging.output_dir={tmp_path}",
-        *SMALL,
-        "trainer.iterations=2",
-        "trainer.strategy=ddp",
-        "trainer.devices=2",
-        "trainer.accelerator=cpu",
-        "rollout.groups=4",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = _runs(tmp_path)
-    assert len(runs) == 1 and runs.iloc[0]["metrics.summary/iterations"] == 2
-    assert len(list(tmp_path.glob("frozenlake-*"))) == 1  # both ranks used rank 0's run folder
-
-
 FSDP = [
     "trainer.strategy=fsdp",
     "trainer.accelerator=cpu",
@@ -187,7 +247,10 @@ FSDP = [
 ]
 
 
-def _probe_fit(tmp_path, model_dir, probe_dir, *extra, devices=2):
+DDP = ["trainer.strategy=ddp", "trainer.accelerator=cpu"]
+
+
+def _probe_fit(tmp_path, model_dir, probe_dir, *extra, devices=2, settings=FSDP):
     """`fit` through tests/parallel/fsdp_fit_probe.py: returns what each rank recorded (see that script)."""
     cmd = [
         sys.executable,
@@ -198,7 +261,7 @@ def _probe_fit(tmp_path, model_dir, probe_dir, *extra, devices=2):
         f"model.path={model_dir}",
         f"logging.output_dir={tmp_path}",
         *SMALL,
-        *FSDP,
+        *settings,
         f"trainer.devices={devices}",
         *extra,
     ]
@@ -212,6 +275,39 @@ def _assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
+    """DDP, 4 groups on 2 ranks: both ranks end with the same trained weights (the ones checkpointed), and what is
+    logged covers both ranks' groups (rollout means over all 16 rollouts, filter statistics over all 4 groups)."""
+    from safetensors.torch import load_file
+
+    ranks = _probe_fit(
+        tmp_path, tiny_model_dir, tmp_path / "probe", "trainer.iterations=2", "rollout.groups=4", settings=DDP
+    )
+    runs = _runs(tmp_path)
+    assert len(runs) == 1 and runs.iloc[0]["metrics.summary/iterations"] == 2
+    run_dirs = list(tmp_path.glob("frozenlake-*"))
+    assert len(run_dirs) == 1  # both ranks used rank 0's run folder
+    end = ranks[0]["end"]["weights"]
+    _assert_same_weights(end, ranks[1]["end"]["weights"])
+    initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    assert any(not torch.equal(end[k], initial[k]) for k in initial)
+    saved = torch.load(run_dirs[0] / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    for key, value in end.items():
+        assert torch.equal(saved[f"policy.{key}"], value), key
+
+    run_id = runs.iloc[0]["run_id"]
+    logged = {key: _history(run_id, key) for key in ("rollout/reward", "filter/kept_count", "filter/reward_std_mean")}
+    for it, (a, b) in enumerate(zip(ranks[0]["filter"], ranks[1]["filter"])):
+        assert a["rows"] == b["rows"] == 8  # each rank rolled out its own 2 groups of 4
+        assert a["stats"] == b["stats"] and a["kept_rows"] + b["kept_rows"] == int(a["stats"]["filter/kept_count"]) * 4
+        rewards = torch.tensor(a["rewards"] + b["rewards"], dtype=torch.float64)
+        assert logged["rollout/reward"][it] == pytest.approx(float(rewards.mean()))
+        assert logged["filter/kept_count"][it] == a["stats"]["filter/kept_count"]
+        stds = rewards.view(4, 4).std(dim=1)  # in-group std over all 4 groups (ddof=1)
+        assert logged["filter/reward_std_mean"][it] == pytest.approx(float(stds.mean()))
+    assert len(ranks[0]["filter"]) == len(logged["rollout/reward"]) == 2
 
 
 def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
