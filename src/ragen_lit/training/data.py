@@ -99,6 +99,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.run_dir = run_dir
         self.engine = None
         self.iteration_metrics: dict[str, float] = {}
+        self.rolled_out = -1  # the last iteration whose rollouts were generated (checkpointed)
 
     # -- environments -------------------------------------------------------------------------
     def env_factory(self):
@@ -138,6 +139,12 @@ class RolloutDataModule(L.LightningDataModule):
         module: RolloutModule = self.trainer.lightning_module
         cfg = self.cfg
         iteration = self.trainer.current_epoch
+        if iteration <= self.rolled_out:
+            # Resumed from the checkpoint that ended this iteration, Lightning asks for its loader once more
+            # before moving on. Its rollouts, diagnostics and update are done: running them again would fold
+            # a second diagnostics value into the restored MI EMA. No rank steps on this placeholder.
+            return DataLoader([{"empty": torch.tensor(True)}], batch_size=None, shuffle=False, collate_fn=lambda x: x)
+        self.rolled_out = iteration
         timings = {}
         t0 = time.perf_counter()
         seeds, groups = self.train_seeds(iteration)
@@ -217,10 +224,11 @@ class RolloutDataModule(L.LightningDataModule):
 
     # -- resume ---------------------------------------------------------------------------------
     def state_dict(self):
-        return {"iteration_metrics": self.iteration_metrics}
+        return {"iteration_metrics": self.iteration_metrics, "rolled_out": self.rolled_out}
 
     def load_state_dict(self, state):
         self.iteration_metrics = dict(state.get("iteration_metrics", {}))
+        self.rolled_out = int(state.get("rolled_out", -1))
 
 
 def rollout_metrics(trajectories, prefix: str = "rollout") -> dict[str, float]:
