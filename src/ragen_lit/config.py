@@ -248,7 +248,8 @@ class TrainerConfig:
     num_nodes: int = checked(1, ge=1)
     """nodes (launched by torchrun / SLURM)"""
     strategy: str = checked("auto", choices=("auto", "ddp", "fsdp"))
-    """auto | ddp | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
+    """auto (one device: Lightning's single-device strategy; more than one: the same as ddp) | ddp (the project's
+    DDP, gradients summed by the module) | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
     fsdp_param_dtype: str | None = checked(None, choices=tuple(DTYPES))
     """fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)"""
     fsdp_reduce_dtype: str | None = checked(None, choices=tuple(DTYPES))
