@@ -24,7 +24,7 @@ def fit(cfg: Config) -> dict[str, float]:
     from ragen_lit.training.tracking import resolve_run_dir
 
     started = time.perf_counter()
-    check_env(cfg)
+    preflight(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
@@ -105,6 +105,34 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
         print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
     return summary
+
+
+def preflight(cfg: Config) -> None:
+    """The checks that need this machine (installed packages, devices, files), run before any folder, MLflow run or
+    model is made, so a mistake ends with one line and writes nothing."""
+    import importlib.util
+
+    import torch
+
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
+
+        raise ConfigError(VLLM_EXTRA_MESSAGE)
+    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
+            "use trainer.accelerator=cpu or auto"
+        )
+    for key in ("path", "critic_path"):
+        value = getattr(cfg.model, key)
+        if value and _looks_local(value) and not Path(value).expanduser().exists():
+            raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
+    check_env(cfg)
+
+
+def _looks_local(path: str) -> bool:
+    """A path a hub id cannot be: absolute, home-relative or starting with ./ or ../ (hub ids are name or org/name)."""
+    return path.startswith(("/", "~", "./", "../", ".\\", "..\\")) or path in (".", "..") or path.count("/") > 1
 
 
 def check_env(cfg: Config) -> None:
