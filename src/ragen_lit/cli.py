@@ -24,7 +24,7 @@ def fit(cfg: Config) -> dict[str, float]:
     from ragen_lit.training.tracking import resolve_run_dir
 
     started = time.perf_counter()
-    check_env(cfg)
+    preflight(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
@@ -107,6 +107,34 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     return summary
 
 
+def preflight(cfg: Config) -> None:
+    """The checks that need this machine (installed packages, devices, files), run before any folder, MLflow run or
+    model is made, so a mistake ends with one line and writes nothing."""
+    import importlib.util
+
+    import torch
+
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
+
+        raise ConfigError(VLLM_EXTRA_MESSAGE)
+    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
+            "use trainer.accelerator=cpu or auto"
+        )
+    for key in ("path", "critic_path"):
+        value = getattr(cfg.model, key)
+        if value and _looks_local(value) and not Path(value).expanduser().exists():
+            raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
+    check_env(cfg)
+
+
+def _looks_local(path: str) -> bool:
+    """A path a hub id cannot be: absolute, home-relative or starting with ./ or ../ (hub ids are name or org/name)."""
+    return path.startswith(("/", "~", "./", "../", ".\\", "..\\")) or path in (".", "..") or path.count("/") > 1
+
+
 def check_env(cfg: Config) -> None:
     """Build one env up front so a bad `env.*` value fails before any model is built."""
     from ragen_lit.envs import make_env
@@ -117,12 +145,30 @@ def check_env(cfg: Config) -> None:
         raise ConfigError(str(err)) from None
 
 
+def _device_count(cfg: Config) -> int:
+    """Processes per node Lightning will start for `trainer.devices` (an int, a list of ids, or 'auto')."""
+    devices = cfg.trainer.devices
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if devices == "auto":
+        import torch
+
+        # Lightning's 'auto' takes every visible GPU when it runs on GPUs, one process on CPU
+        if cfg.trainer.accelerator != "cpu" and torch.cuda.is_available():
+            return torch.cuda.device_count()
+        return 1
+    return int(devices)
+
+
 def _strategy(cfg: Config):
+    """fsdp and ddp are the project's own strategies; `auto` takes the project's DDP as soon as there is more than
+    one process (Lightning's auto pick wraps the module in DistributedDataParallel, whose reducer does not fit the
+    RL update's several backward passes: its collectives mismatch and the ranks abort)."""
     if cfg.trainer.strategy == "fsdp":
         from ragen_lit.parallel.strategy import fsdp_strategy
 
         return fsdp_strategy(cfg)
-    if cfg.trainer.strategy == "ddp":
+    if cfg.trainer.strategy == "ddp" or _device_count(cfg) * cfg.trainer.num_nodes > 1:
         from ragen_lit.parallel.strategy import ddp_strategy
 
         return ddp_strategy(cfg)

@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 # `model.name` values that pick weights by name (`ragen_lit.presets` resolves them); `hf` means model.path
 MODEL_PRESETS = ("tiny", "smollm2-135m")
 
+# Lightning's precision strings (trainer.precision)
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+
+# MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
+TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+
+# the shortest context that holds an environment's first prompt and one turn's answer
+MIN_CONTEXT_TOKENS = 256
+
 # old dotted key -> its new name; the old one is still accepted, with one warning
 RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
 
@@ -75,8 +84,9 @@ class RolloutConfig:
     """valid actions per episode before truncation"""
     max_new_tokens: int = checked(100, ge=1)
     """generation budget per turn (tokens)"""
-    max_context_tokens: int = checked(2048, ge=16)
-    """an episode ends (truncated) when its context would exceed this"""
+    max_context_tokens: int = checked(2048, ge=1)
+    """an episode ends (truncated) when its context would exceed this (at least 256: less cannot hold a first prompt
+    and its answer, every episode would end truncated)"""
     temperature: float = checked(1.0, gt=0.0)
     """sampling temperature for training rollouts"""
     top_p: float = checked(1.0, gt=0.0, le=1.0)
@@ -248,12 +258,13 @@ class TrainerConfig:
     num_nodes: int = checked(1, ge=1)
     """nodes (launched by torchrun / SLURM)"""
     strategy: str = checked("auto", choices=("auto", "ddp", "fsdp"))
-    """auto | ddp | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
+    """auto (one device: Lightning's single-device strategy; more than one: the same as ddp) | ddp (the project's
+    DDP, gradients summed by the module) | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
     fsdp_param_dtype: str | None = checked(None, choices=tuple(DTYPES))
     """fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)"""
     fsdp_reduce_dtype: str | None = checked(None, choices=tuple(DTYPES))
     """fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)"""
-    precision: str = "32-true"
+    precision: str = checked("32-true", choices=PRECISIONS)
     """Lightning precision; params keep model.dtype"""
     checkpoint_every: int = checked(5, ge=1)
     """save a checkpoint every n iterations (and the last)"""
@@ -324,6 +335,23 @@ def validate(cfg: Config) -> Config:
     for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
         if getattr(t, key) is not None and t.strategy != "fsdp":
             raise ConfigError(f"trainer.{key}={getattr(t, key)!r} needs trainer.strategy=fsdp (now {t.strategy})")
+    if cfg.rollout.max_context_tokens < MIN_CONTEXT_TOKENS:
+        raise ConfigError(
+            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
+            "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
+        )
+    uri = cfg.logging.tracking_uri
+    if uri is not None:
+        from urllib.parse import urlparse
+
+        scheme = urlparse(uri).scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
+        if scheme not in TRACKING_SCHEMES:
+            raise ConfigError(
+                f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
+                "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
+            )
+    if not cfg.logging.experiment.strip():
+        raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg
@@ -374,6 +402,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 
     Preset sections: `algo=grpo` / `model=smollm2-135m` (as an override, or `algo: grpo` in YAML)
     resets that section to defaults + preset; field overrides apply after."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -386,10 +415,18 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             raise ConfigError(f"--config {path}: no such file") from None
         except (OmegaConfBaseException, ValueError) as err:
             raise ConfigError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(err)})") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"--config {path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+        for section, value in loaded.items():
+            if section not in SECTIONS:
+                raise ConfigError(f"--config {path}: unknown section {section!r}; sections are: {', '.join(SECTIONS)}")
+            if not isinstance(value, dict) and not (section in PRESET_TABLES and isinstance(value, str)):
+                what = "a mapping of its keys or a preset name" if section in PRESET_TABLES else "a mapping of its keys"
+                raise ConfigError(f"--config {path}: section {section} is {value!r}; it must be {what}")
         tree = loaded
         yaml_keys = [f"{s}.{k}" for s, sect in tree.items() if isinstance(sect, dict) for k in sect]
         for old, new in _renamed(yaml_keys, f"--config {path}").items():
@@ -427,6 +464,13 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     except OmegaConfBaseException as err:
         raise ConfigError(_omegaconf_message(err)) from None
     return validate(cfg)
+
+
+def _yaml_problem(err) -> str:
+    """One line from a PyYAML error: what is wrong and where (1-based line and column)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def _omegaconf_message(err) -> str:

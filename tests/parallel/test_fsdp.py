@@ -211,3 +211,30 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     assert run_dir == folders[1].parent.parent
     with pytest.raises(ConfigError, match="resume it with trainer.strategy=fsdp"):
         resolve_run_dir(load_config(None, [f"logging.output_dir={tmp_path}", "trainer.resume=last"]))
+
+
+@pytest.mark.parametrize(
+    "overrides, devices, expected",
+    [
+        ([], None, "auto"),
+        (["trainer.devices=3"], None, "ddp"),
+        ([], [0, 1], "ddp"),
+        (["trainer.num_nodes=2"], None, "ddp"),
+        (["trainer.strategy=ddp"], None, "ddp"),
+        (["trainer.strategy=fsdp", "trainer.devices=3"], None, "fsdp"),
+    ],
+)
+def test_auto_strategy_takes_the_projects_ddp_for_several_devices(overrides, devices, expected):
+    """Lightning's own DDP (its `auto` pick for several devices) aborts on the RL update's collectives."""
+    from ragen_lit.cli import _strategy
+    from ragen_lit.parallel.strategy import FSDPStrategy, ManualSyncDDPStrategy
+
+    cfg = load_config(None, ["trainer.accelerator=cpu", *overrides])
+    if devices is not None:
+        cfg.trainer.devices = devices  # a list of device ids, as Lightning takes it
+    strategy = _strategy(cfg)
+    if expected == "auto":
+        assert strategy == "auto"
+    else:
+        kind = {"ddp": ManualSyncDDPStrategy, "fsdp": FSDPStrategy}[expected]
+        assert type(strategy) is kind
