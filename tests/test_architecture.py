@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "parallel.collectives",
     },
     "analysis": {"errors", "figures", "config"},
-    "cli": {"errors", "typed_fields", "config", "training", "diagnose", "envs", "presets", "analysis"} | PARALLEL,
+    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis"},
     "bench": BELOW_TRAINING | {"training", "diagnose", "cli"},
     "__main__": {"cli"},
     "__init__": {"envs"},
