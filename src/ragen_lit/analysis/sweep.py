@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ragen_lit.config import load_config, render_yaml
+from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 
 DONE_MARKER = "sweep_done"
@@ -43,12 +43,12 @@ LOG_NAME = "sweep.log"
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a sweep: its grid point, seed, folder and the overrides that make its config."""
+    """One run of a sweep: its grid point, seed, folder and its validated config."""
 
     point: str
     seed: int
     folder: Path
-    overrides: tuple[str, ...]
+    config: Config
 
 
 def expand_grid(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -99,18 +99,17 @@ def plan(config: str | None, overrides: list[str], seeds: int, root: Path, name:
     runs = []
     for point in points:
         for seed in range(seeds):
-            run_overrides = (*fixed, *point, f"trainer.seed={seed}")
             try:
-                load_config(config, run_overrides)
+                cfg = load_config(config, [*fixed, *point, f"trainer.seed={seed}"])
             except ConfigError as error:
                 raise ConfigError(f"grid point {point_label(point)!r}: {error}") from None
-            runs.append(RunSpec(point_label(point), seed, root / name / folder_name(point, seed), run_overrides))
+            runs.append(RunSpec(point_label(point), seed, root / name / folder_name(point, seed), cfg))
     return runs
 
 
-def write_run_config(config: str | None, spec: RunSpec, sweep: str, threads: int) -> Path:
+def write_run_config(spec: RunSpec, sweep: str, threads: int) -> Path:
     """`<run>/config.yaml`: the run's resolved config, with its output folder, tags and `threads` torch threads."""
-    cfg = load_config(config, spec.overrides)
+    cfg = spec.config
     tags = {**cfg.logging.tags, "sweep": sweep, "point": spec.point, "seed": str(spec.seed)}
     cfg = dataclasses.replace(
         cfg,
@@ -239,7 +238,7 @@ def run_sweep(
     specs = plan(config, overrides, seeds, root, name)
     for spec in specs:
         if status(spec) != "done":
-            write_run_config(config, spec, name, threads)
+            write_run_config(spec, name, threads)
     if print_commands:
         for spec in specs:
             print(" ".join(fit_command(spec, resume=False)))
