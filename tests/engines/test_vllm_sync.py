@@ -264,6 +264,8 @@ def fsdp_gather_worker(rank: int, port: int) -> None:
         fully_shard(fsdp2)
         assert all(type(p).__name__ == "DTensor" for p in fsdp2.parameters())
         assert_same_weights(pushed_weights(fsdp2), expected)
+        # no rank tears the group down while the other still talks to it (gloo aborts)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

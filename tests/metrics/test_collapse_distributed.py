@@ -69,6 +69,8 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected: dict[str
         # N and the chance levels first: they tell a per-rank draw at once
         for key, value in sorted(expected.items(), key=lambda item: ("num_" not in item[0], "chance" not in item[0])):
             assert abs(got[key] - value) <= 1e-6 * max(1.0, abs(value)), (rank, key, got[key], value)
+        # no rank tears the group down while the other still talks to it (gloo aborts)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -84,6 +84,8 @@ def worker(rank: int, port: int) -> None:
         gathered = [torch.zeros_like(emas) for _ in range(WORLD_SIZE)]
         dist.all_gather(gathered, emas)
         assert torch.equal(gathered[0], gathered[1])
+        # no rank tears the group down while the other still talks to it (gloo aborts)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -28,6 +28,8 @@ def worker(rank: int, port: int) -> None:
         assert gather_lists(local) == ([[1, 2], [3], [4, 5, 6]], 0 if rank == 0 else 2)
         # A rank with nothing still takes part and gets everyone else's items.
         assert gather_lists(["a"] if rank == 0 else []) == (["a"], 0 if rank == 0 else 1)
+        # no rank tears the group down while the other still talks to it (gloo aborts)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
