@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragen_lit.algos import ADVANTAGE_ESTIMATORS, KEEP_RATE_SCALINGS, KL_ESTIMATORS, LOSS_AGG_MODES
+from ragen_lit.algos import ADVANTAGE_ESTIMATORS, KEEP_RATE_SCALINGS, KL_ESTIMATORS, LOSS_AGG_MODES, LR_DECAYS
 from ragen_lit.algos import PRESETS as ALGO_PRESETS
 from ragen_lit.engines import ENGINES, HF_CACHE_MODES
 from ragen_lit.errors import ConfigError
@@ -193,6 +193,11 @@ class OptimConfig:
     """gradient norm clip (0 = off)"""
     warmup_steps: int = checked(0, ge=0)
     """linear learning-rate warm-up (optimizer steps)"""
+    lr_decay: str = checked("constant", choices=LR_DECAYS)
+    """after warm-up: constant | linear | cosine, from the base rate down to min_lr_ratio x base at the last
+    planned optimizer step (trainer.iterations x algo.ppo_epochs x optim.num_minibatches)"""
+    min_lr_ratio: float = checked(0.0, ge=0.0, le=1.0)
+    """learning-rate multiplier reached at the end of the decay"""
     num_minibatches: int = checked(4, ge=1)
     """optimizer steps per epoch over the rollouts (128 rollouts / 4 = mini-batch 32)"""
     micro_batch_size: int = checked(8, ge=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from ragen_lit.config import load_config
@@ -79,3 +80,27 @@ def test_the_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, tm
     assert len(small) == len(whole) > 0
     for a, b in zip(small, whole):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_the_learning_rate_follows_the_configured_decay_over_the_planned_steps(tiny_model_dir, tmp_path):
+    cfg = load_config(
+        ROOT / "conf" / "frozenlake.yaml",
+        [
+            f"model.path={tiny_model_dir}",
+            "model.name=hf",
+            f"logging.output_dir={tmp_path}",
+            "trainer.iterations=2",
+            "optim.num_minibatches=2",
+            "optim.lr_decay=linear",
+            "optim.min_lr_ratio=0.5",
+            "optim.actor_lr=0.001",
+        ],
+    )
+    module = AgentRLModule(cfg)
+    (actor,), (scheduler,) = module.configure_optimizers()
+    lrs = []
+    for _ in range(4):  # 2 iterations x 1 epoch x 2 mini-batches: t = 0, 1/4, 2/4, 3/4
+        lrs.append(actor.param_groups[0]["lr"])
+        actor.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.001, 0.000875, 0.00075, 0.000625])

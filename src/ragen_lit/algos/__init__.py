@@ -1,4 +1,5 @@
-"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets."""
+"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets, the learning-rate
+schedule."""
 
 from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
@@ -21,12 +22,14 @@ from ragen_lit.algos.losses import (
     value_loss,
 )
 from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
+from ragen_lit.algos.schedule import LR_DECAYS, lr_factor
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "KEEP_RATE_SCALINGS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
+    "LR_DECAYS",
     "PRESETS",
     "actor_loss",
     "aggregate_loss",
@@ -36,6 +39,7 @@ __all__ = [
     "gae",
     "group_normalized_advantages",
     "kl_penalty",
+    "lr_factor",
     "policy_loss",
     "rloo_advantages",
     "scale_by_keep_rate",

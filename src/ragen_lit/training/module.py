@@ -16,6 +16,7 @@ shards after updates.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
 from collections import defaultdict
@@ -24,7 +25,7 @@ import lightning as L
 import torch
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.algos import actor_loss, estimate_advantages, scale_by_keep_rate, uses_critic, value_loss
+from ragen_lit.algos import actor_loss, estimate_advantages, lr_factor, scale_by_keep_rate, uses_critic, value_loss
 from ragen_lit.config import Config
 from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.logprobs import token_logprobs
@@ -149,20 +150,25 @@ class AgentRLModule(L.LightningModule):
     # -- optimisers -------------------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.cfg.optim
-
-        def warmup(step: int) -> float:
-            return min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else 1.0
+        planned_steps = self.cfg.trainer.iterations * self.cfg.algo.ppo_epochs * o.num_minibatches
+        schedule = functools.partial(
+            lr_factor,
+            warmup_steps=o.warmup_steps,
+            total_steps=planned_steps,
+            decay=o.lr_decay,
+            min_ratio=o.min_lr_ratio,
+        )
 
         actor = torch.optim.AdamW(
             self.policy.parameters(), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
         )
-        optimizers, schedulers = [actor], [torch.optim.lr_scheduler.LambdaLR(actor, warmup)]
+        optimizers, schedulers = [actor], [torch.optim.lr_scheduler.LambdaLR(actor, schedule)]
         if self.critic is not None:
             critic = torch.optim.AdamW(
                 self.critic.parameters(), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
             )
             optimizers.append(critic)
-            schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, warmup))
+            schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, schedule))
         return optimizers, schedulers
 
     # -- per-iteration preparation --------------------------------------------------------------
