@@ -1,4 +1,4 @@
-"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets."""
+"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, reward shaping, presets."""
 
 from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
@@ -21,6 +21,7 @@ from ragen_lit.algos.losses import (
     value_loss,
 )
 from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
+from ragen_lit.algos.reward_shaping import overlong_penalty
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -36,6 +37,7 @@ __all__ = [
     "gae",
     "group_normalized_advantages",
     "kl_penalty",
+    "overlong_penalty",
     "policy_loss",
     "rloo_advantages",
     "scale_by_keep_rate",
