@@ -126,7 +126,38 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     row = _runs(tmp_path).iloc[0]
     assert row["params.algo.name"] == preset
     assert "metrics.actor/pg_loss" in row.index and row["metrics.actor/grad_norm"] >= 0
-    assert ("metrics.critic/value_loss" in row.index) == (preset in ("ppo", "dapo"))
+    assert ("metrics.critic/value_loss" in row.index) == (preset == "ppo")
+
+
+def test_dapo_fit_refills_the_batch_shapes_long_turns_and_logs_both(tmp_path, tiny_model_dir):
+    """`algo=dapo` through `fit`: dynamic sampling's rounds and groups, and the overlong penalty, every iteration."""
+    cfg = _cfg(
+        tmp_path,
+        tiny_model_dir,
+        "algo=dapo",
+        "trainer.iterations=2",
+        "algo.max_sampling_rounds=3",
+        "algo.overlong_cache_fraction=0.8",  # L_cache = 38 of the 48-token turn budget: turns over 10 tokens pay
+        "validation.num_envs=0",
+        "diagnostics.every_n_iterations=0",
+    )
+    assert fit(cfg)["iterations"] == 2
+    row = _runs(tmp_path).iloc[0]
+    assert "metrics.critic/value_loss" not in row.index  # group-relative advantages, no critic
+    keys = ["sampling/rounds", "sampling/groups_generated", "sampling/groups_kept", "sampling/cap_hit"]
+    _assert_logged_and_finite(row["run_id"], keys)
+    rounds, generated, kept, cap_hit = (_history(row["run_id"], key) for key in keys)
+    for it in range(2):
+        assert 1 <= rounds[it] <= 3 and generated[it] == rounds[it] * cfg.rollout.groups
+        assert kept[it] <= cfg.rollout.groups and cap_hit[it] == float(kept[it] < cfg.rollout.groups)
+        assert cap_hit[it] or rounds[it] == 3 or kept[it] == cfg.rollout.groups
+    # the filter saw the refilled batch: its groups are dynamic sampling's
+    assert _history(row["run_id"], "filter/kept_count") <= kept
+    penalties = _history(row["run_id"], "overlong/penalty_mean")
+    rates = _history(row["run_id"], "overlong/penalised_turn_rate")
+    assert len(penalties) == len(rates) == sum(k > 0 for k in kept) >= 1
+    assert all(-cfg.rollout.max_turns <= p <= 0 for p in penalties) and all(0 <= r <= 1 for r in rates)
+    assert min(penalties) < 0 and max(rates) > 0  # the tiny model's turns run past 10 tokens
 
 
 def _history(run_id: str, key: str) -> list[float]:
