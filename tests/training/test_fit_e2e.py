@@ -341,6 +341,40 @@ def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
     assert len(ranks[0]["filter"]) == len(logged["rollout/reward"]) == 2
 
 
+def test_two_gloo_ranks_fit_logs_the_single_process_mi_of_their_rollouts(tmp_path, tiny_model_dir):
+    """A 2-rank DDP fit's logged MI diagnostics, iteration by iteration, are what one process computes on the union
+    of both ranks' rollouts with the same weights (and the same EMA history).
+
+    Not the values of a single-process *fit*: both deal the same env seeds, but the transformers engine draws one
+    uniform per row and step from a generator seeded per `generate` call, so a row's tokens depend on the batch it
+    is sampled in; a rank's half batch samples other tokens than the whole batch does, and the rollouts differ."""
+    from ragen_lit.agent.chat import ChatFormat
+    from ragen_lit.metrics.collapse import CollapseDiagnostics
+    from ragen_lit.models import load_policy, load_tokenizer
+
+    overrides = ["trainer.iterations=2", "rollout.groups=4", "validation.num_envs=0"]
+    ranks = _probe_fit(tmp_path, tiny_model_dir, tmp_path / "probe", *overrides, settings=DDP)
+    run_id = _runs(tmp_path).iloc[0]["run_id"]
+    cfg = _cfg(tmp_path, tiny_model_dir, *overrides)
+    collapse = CollapseDiagnostics(cfg.diagnostics)
+    policy = load_policy(str(tiny_model_dir), "float32")
+    chat = ChatFormat(load_tokenizer(str(tiny_model_dir)))
+    assert len(ranks[0]["diagnostics"]) == len(ranks[1]["diagnostics"]) == 2
+    for it, (a, b) in enumerate(zip(ranks[0]["diagnostics"], ranks[1]["diagnostics"])):
+        assert a["iteration"] == b["iteration"] == it
+        assert {t.group for t in a["trajectories"]} == {0, 2} and {t.group for t in b["trajectories"]} == {1, 3}
+        _assert_same_weights(a["weights"], b["weights"])
+        policy.load_state_dict(a["weights"])
+        union = a["trajectories"] + b["trajectories"]
+        expected = collapse.maybe_compute(policy, chat, union, it, cfg.rollout.temperature)
+        assert 0 < expected["collapse/first_turn/num_rows"] <= cfg.diagnostics.num_samples  # N over both ranks
+        assert a["values"].keys() == b["values"].keys() == expected.keys()
+        for key, value in expected.items():
+            assert a["values"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
+            assert b["values"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
+            assert _history(run_id, key)[it] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
+
+
 def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
     """PPO (policy, critic, KL reference all sharded) with gradient buckets, 4 groups on 2 FSDP ranks."""
     from safetensors.torch import load_file
