@@ -89,7 +89,13 @@ PAPER = [
 ]
 # after the algo preset: entropy 0.001, KL loss off (kl_coef 0), clip 0.2/0.28, as in the main-table scripts
 PAPER_ALGO = ["algo.entropy_coef=0.001", "algo.kl_coef=0.0", "algo.clip_low=0.2", "algo.clip_high=0.28"]
-PAPER_ALGOS = {"ppo": "PPO (GAE, critic)", "grpo": "GRPO (group-normalised return, no critic)"}
+# The paper's DAPO row ran the reference's "DAPO" (GAE + critic + token-mean + clip-higher, no KL, no dynamic
+# sampling or length shaping), which is the PPO preset field for field; `algo=dapo` is DAPO as Yu et al. define
+# it (src/ragen_lit/algos/presets.py), so the paper's row is the PPO recipe, as its header says.
+PAPER_ALGOS = {
+    "ppo": "PPO (GAE, critic; also the paper's DAPO row: the reference's DAPO is PPO field for field)",
+    "grpo": "GRPO (group-normalised return, no critic)",
+}
 PAPER_ENVS = {
     "frozenlake": (
         "FrozenLake 4x4, tiles frozen w.p. 0.9, deterministic moves, at most 10 actions in 5 turns",

@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
         ("rollout.temperature=nan", "rollout.temperature=nan must be a finite number"),
         ("diagnostics.max_tokens_per_forward=10", "diagnostics.max_tokens_per_forward=10 must be 0 (auto) or >= 64"),
         ("rollout.hf_cache=paged", "rollout.hf_cache='paged' is not allowed; choose one of: auto, dynamic"),
+        ("algo.max_sampling_rounds=0", "algo.max_sampling_rounds=0 is out of range; it must be >= 1"),
+        ("algo.overlong_cache_fraction=1.5", "algo.overlong_cache_fraction=1.5 is out of range; it must be <= 1.0"),
+        ("algo.overlong_cache_fraction=-0.1", "algo.overlong_cache_fraction=-0.1 is out of range; it must be >= 0.0"),
+        ("algo.dynamic_sampling=maybe", "algo.dynamic_sampling"),
     ],
 )
 def test_bad_overrides_name_key_value_and_allowed(override, message):
@@ -123,6 +127,15 @@ def test_trajectory_level_refuses_a_group_strategy_and_a_zero_share(overrides, m
         load_config(None, overrides)
     assert str(err.value) == message
     assert load_config(None, ["filter.level=trajectory", "filter.value=0.5"]).filter.level == "trajectory"
+
+
+def test_dynamic_sampling_refuses_groups_of_one_rollout():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["algo=dapo", "rollout.group_size=1"])
+    assert str(err.value) == (
+        "algo.dynamic_sampling=true with rollout.group_size=1: a group of one rollout never has reward variance, "
+        "so no round could fill the batch; use rollout.group_size >= 2"
+    )
 
 
 @pytest.mark.parametrize("command", ["config", "fit"])

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from ragen_lit.filtering import (
     STRATEGIES,
+    dynamic_sampling_keep,
     filter_stats,
     reward_variance_scores,
     rv_buckets,
@@ -194,6 +195,20 @@ def test_one_rollout_per_group_has_zero_variance():
         assert not select_groups(rewards, "top_p", 0.9, score=score).any()
         assert not select_groups(rewards, "nonzero", score=score).any()
         assert select_groups(rewards, "none", score=score).all()
+
+
+def test_dynamic_sampling_keeps_the_first_groups_with_reward_variance_and_trims_to_the_target():
+    rewards = t([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.5, 0.0], [2.0, 1.0], [-0.1, -0.1], [0.0, 1.0]])
+    # groups 1, 3, 4, 6 have non-zero variance; a target of 2 keeps the first two of them
+    assert dynamic_sampling_keep(rewards, 2).tolist() == [False, True, False, True, False, False, False]
+    assert dynamic_sampling_keep(rewards, 4).tolist() == [False, True, False, True, True, False, True]
+    # fewer qualifying groups than the target: all of them (the caller hits its round cap)
+    assert dynamic_sampling_keep(rewards, 6).tolist() == [False, True, False, True, True, False, True]
+    assert not dynamic_sampling_keep(rewards, 0).any()
+    # the rule is `nonzero`'s, with the trim added
+    assert dynamic_sampling_keep(rewards, 7).tolist() == select_groups(rewards, "nonzero").tolist()
+    with pytest.raises(ValueError, match="num_groups"):
+        dynamic_sampling_keep(rewards, -1)
 
 
 # ---------------------------------------------------------------- selection laws (hypothesis)

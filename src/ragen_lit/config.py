@@ -177,6 +177,15 @@ class AlgoConfig:
     """passes over each iteration's kept rollouts"""
     turn_level_rewards: bool = False
     """put each turn's reward on its last token (default: episode return on the last token)"""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: generate further rounds of fresh groups until rollout.groups groups have non-zero
+    reward variance, trim to exactly that many (runs before the filter, which then selects among them)"""
+    max_sampling_rounds: int = checked(4, ge=1)
+    """dynamic_sampling: generation rounds per iteration, the first included; when they run out short, the
+    iteration trains on the groups it has (sampling/cap_hit=1, one warning)"""
+    overlong_cache_fraction: float = checked(0.0, ge=0.0, le=1.0)
+    """DAPO overlong reward shaping: L_cache as a fraction of rollout.max_new_tokens (L_max); each turn's
+    reward gets ((L_max - L_cache) - length) / L_cache in the last L_cache tokens of its budget (0 = off)"""
 
 
 @dataclass
@@ -324,6 +333,11 @@ def validate(cfg: Config) -> Config:
                 f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
                 "of each group's rollouts kept)"
             )
+    if cfg.algo.dynamic_sampling and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
+            "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
+        )
     if flt.strategy == "top_p" and flt.value > 1.0:
         raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
     if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:

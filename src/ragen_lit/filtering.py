@@ -5,6 +5,13 @@ A batch of rollouts is `rewards: [G, K] float`, G groups (prompts) × K rollouts
 return per rollout. The selection works on whole groups (`select_groups -> keep [G] bool`); the
 paper's trajectory-level control (Table 7) works inside groups (`select_trajectories -> [G, K] bool`).
 
+DAPO's dynamic sampling (`algo.dynamic_sampling`, `dynamic_sampling_keep`) is not one of these filters. The
+filters only drop: `filter.strategy=nonzero` drops the zero-variance groups and trains on fewer than
+`rollout.groups`. Dynamic sampling drops and refills: it generates further rounds of fresh groups until
+`rollout.groups` groups with non-zero variance are in hand (at most `algo.max_sampling_rounds` rounds), so
+the batch stays full. Both set: dynamic sampling runs first and the filter then selects among the groups it
+kept, so `nonzero` keeps them all (it adds nothing) and `top_p` keeps the high-RV share of a full batch.
+
 Conventions shared by every rule:
 - score_g = Var_k(R_{g,k}) (population, `var`, the paper) or Std_k (ddof=1, `std`, the reference
   code; 0 when K = 1). A group with score ≤ 1e-10 counts as zero-variance.
@@ -147,7 +154,8 @@ def select_groups(
     - `top_k`: k = floor(value·G) (at least 1) for value < 1, G counting all groups; k = int(value)
       for value ≥ 1; keep the first min(k, #candidates) candidates.
     - `min_p`: keep candidates with score ≥ value·max score (value in [0, 1]).
-    - `nonzero` (DAPO dynamic sampling): keep candidates with score > 1e-10; `value` is ignored.
+    - `nonzero` (DAPO's zero-variance rule without its refill, see the module docstring): keep candidates
+      with score > 1e-10; `value` is ignored.
     - `quartile` (Table 6): cut the candidates' descending order into 4 rank buckets of equal count
       (the first n mod 4 buckets one larger) and keep bucket `quartile` (1 = highest RV). Tied scores
       are ranked by group index, so a tie may straddle two quartiles.
@@ -184,6 +192,20 @@ def select_trajectories(rewards: torch.Tensor, value: float) -> torch.Tensor:
     keep.scatter_(1, order[:, :per_end], True)
     keep.scatter_(1, order[:, k - per_end :], True)
     return keep
+
+
+def dynamic_sampling_keep(rewards: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """DAPO dynamic sampling (Yu et al. 2025, §3.2: keep 0 < |{correct}| < G, i.e. groups whose rewards are
+    not all equal): the first `num_groups` groups, in the listed order, whose population reward variance
+    is > 1e-10. Groups after those are dropped too, so an over-filled batch is trimmed to exactly
+    `num_groups`; fewer qualifying groups keep all of them.
+
+    rewards: [G, K] float (finite); num_groups >= 0 -> keep: [G] bool (at most `num_groups` True).
+    """
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
+        raise ValueError(f"num_groups must be an int >= 0, got {num_groups!r}")
+    signal = _scores(rewards, "var") > ZERO_SCORE
+    return signal & (signal.cumsum(0) <= num_groups)
 
 
 def filter_stats(rewards: torch.Tensor, keep: torch.Tensor, score: str = "var") -> dict[str, float]:

@@ -21,11 +21,28 @@ SHARED = {
     "ppo_epochs": 1,
     "turn_level_rewards": False,
 }
+NO_DAPO = {"dynamic_sampling": False, "max_sampling_rounds": 4, "overlong_cache_fraction": 0.0}
+# DAPO (Yu et al. 2025): group-relative advantages, token-mean, clip-higher, no KL, dynamic sampling, overlong
+# shaping with L_cache = 0.2 L_max; whitening stays on (it acts on GAE only: `algo=dapo algo.advantage=gae`)
 RESOLVED = {
-    "ppo": {**SHARED, "advantage": "gae", "whiten_advantages": True, "loss_agg": "token-mean"},
-    "dapo": {**SHARED, "advantage": "gae", "whiten_advantages": True, "loss_agg": "token-mean"},
-    "grpo": {**SHARED, "advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
-    "drgrpo": {**SHARED, "advantage": "drgrpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-sum-norm"},
+    "ppo": {**SHARED, **NO_DAPO, "advantage": "gae", "whiten_advantages": True, "loss_agg": "token-mean"},
+    "dapo": {
+        **SHARED,
+        "advantage": "grpo",
+        "whiten_advantages": True,
+        "loss_agg": "token-mean",
+        "dynamic_sampling": True,
+        "max_sampling_rounds": 4,
+        "overlong_cache_fraction": 0.2,
+    },
+    "grpo": {**SHARED, **NO_DAPO, "advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
+    "drgrpo": {
+        **SHARED,
+        **NO_DAPO,
+        "advantage": "drgrpo",
+        "whiten_advantages": False,
+        "loss_agg": "seq-mean-token-sum-norm",
+    },
 }
 
 
@@ -49,9 +66,18 @@ def test_uses_critic():
     assert [uses_critic(a) for a in ADVANTAGE_ESTIMATORS] == [True, True, False, False, False]
     assert [uses_critic(RESOLVED[name]["advantage"]) for name in ("ppo", "dapo", "grpo", "drgrpo")] == [
         True,
-        True,
+        False,
         False,
         False,
     ]
     with pytest.raises(ValueError, match="algo.advantage"):
         uses_critic("a2c")
+
+
+def test_the_references_dapo_is_ppo_field_for_field():
+    """The paper's DAPO row (the RAGEN reference's DAPO: GAE + whitening + token-mean + clip-higher, no KL, no
+    dynamic sampling or length shaping) stays reachable from `algo=dapo` by the override the presets document."""
+    reference = load_config(
+        None, ["algo=dapo", "algo.advantage=gae", "algo.dynamic_sampling=false", "algo.overlong_cache_fraction=0"]
+    ).algo
+    assert {**dataclasses.asdict(reference), "name": "ppo"} == dataclasses.asdict(load_config(None, ["algo=ppo"]).algo)

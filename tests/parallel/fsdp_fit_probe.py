@@ -4,7 +4,8 @@
 CLI (Lightning relaunches this same script for the other ranks); every rank writes OUT/rank{r}.pt holding, at
 train start (after any checkpoint restore) and at train end, its inference policy's weights and its
 actor optimizer's step count, plus per iteration the filter statistics (computed from all ranks'
-rewards) and how many rows it kept itself, and its own rows' rewards.
+rewards) and how many rows it kept itself, and its own rows' rewards, and for every iteration whose MI
+diagnostics ran: its own trajectories, the inference policy's weights they were scored with, and the values.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule
 
 OUT = Path(os.environ["RAGEN_LIT_PROBE_DIR"])
-RECORD: dict = {"filter": []}
+RECORD: dict = {"filter": [], "diagnostics": []}
 
 
 def _snapshot(module) -> dict:
@@ -59,7 +60,21 @@ def select(self, trajectories):
     return keep_rows, stats
 
 
+_collapse_diagnostics = AgentRLModule.collapse_diagnostics
+
+
+def collapse_diagnostics(self, trajectories, iteration):
+    values = _collapse_diagnostics(self, trajectories, iteration)
+    if values:
+        weights = {k: v.detach().cpu().clone() for k, v in self.inference_policy().state_dict().items()}
+        RECORD["diagnostics"].append(
+            {"iteration": iteration, "trajectories": list(trajectories), "weights": weights, "values": values}
+        )
+    return values
+
+
 AgentRLModule.on_train_start = on_train_start
+AgentRLModule.collapse_diagnostics = collapse_diagnostics
 AgentRLModule.on_train_end = on_train_end
 RolloutDataModule.select = select
 

@@ -126,7 +126,38 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     row = _runs(tmp_path).iloc[0]
     assert row["params.algo.name"] == preset
     assert "metrics.actor/pg_loss" in row.index and row["metrics.actor/grad_norm"] >= 0
-    assert ("metrics.critic/value_loss" in row.index) == (preset in ("ppo", "dapo"))
+    assert ("metrics.critic/value_loss" in row.index) == (preset == "ppo")
+
+
+def test_dapo_fit_refills_the_batch_shapes_long_turns_and_logs_both(tmp_path, tiny_model_dir):
+    """`algo=dapo` through `fit`: dynamic sampling's rounds and groups, and the overlong penalty, every iteration."""
+    cfg = _cfg(
+        tmp_path,
+        tiny_model_dir,
+        "algo=dapo",
+        "trainer.iterations=2",
+        "algo.max_sampling_rounds=3",
+        "algo.overlong_cache_fraction=0.8",  # L_cache = 38 of the 48-token turn budget: turns over 10 tokens pay
+        "validation.num_envs=0",
+        "diagnostics.every_n_iterations=0",
+    )
+    assert fit(cfg)["iterations"] == 2
+    row = _runs(tmp_path).iloc[0]
+    assert "metrics.critic/value_loss" not in row.index  # group-relative advantages, no critic
+    keys = ["sampling/rounds", "sampling/groups_generated", "sampling/groups_kept", "sampling/cap_hit"]
+    _assert_logged_and_finite(row["run_id"], keys)
+    rounds, generated, kept, cap_hit = (_history(row["run_id"], key) for key in keys)
+    for it in range(2):
+        assert 1 <= rounds[it] <= 3 and generated[it] == rounds[it] * cfg.rollout.groups
+        assert kept[it] <= cfg.rollout.groups and cap_hit[it] == float(kept[it] < cfg.rollout.groups)
+        assert cap_hit[it] or rounds[it] == 3 or kept[it] == cfg.rollout.groups
+    # the filter saw the refilled batch: its groups are dynamic sampling's
+    assert _history(row["run_id"], "filter/kept_count") <= kept
+    penalties = _history(row["run_id"], "overlong/penalty_mean")
+    rates = _history(row["run_id"], "overlong/penalised_turn_rate")
+    assert len(penalties) == len(rates) == sum(k > 0 for k in kept) >= 1
+    assert all(-cfg.rollout.max_turns <= p <= 0 for p in penalties) and all(0 <= r <= 1 for r in rates)
+    assert min(penalties) < 0 and max(rates) > 0  # the tiny model's turns run past 10 tokens
 
 
 def _history(run_id: str, key: str) -> list[float]:
@@ -308,6 +339,40 @@ def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
         stds = rewards.view(4, 4).std(dim=1)  # in-group std over all 4 groups (ddof=1)
         assert logged["filter/reward_std_mean"][it] == pytest.approx(float(stds.mean()))
     assert len(ranks[0]["filter"]) == len(logged["rollout/reward"]) == 2
+
+
+def test_two_gloo_ranks_fit_logs_the_single_process_mi_of_their_rollouts(tmp_path, tiny_model_dir):
+    """A 2-rank DDP fit's logged MI diagnostics, iteration by iteration, are what one process computes on the union
+    of both ranks' rollouts with the same weights (and the same EMA history).
+
+    Not the values of a single-process *fit*: both deal the same env seeds, but the transformers engine draws one
+    uniform per row and step from a generator seeded per `generate` call, so a row's tokens depend on the batch it
+    is sampled in; a rank's half batch samples other tokens than the whole batch does, and the rollouts differ."""
+    from ragen_lit.agent.chat import ChatFormat
+    from ragen_lit.metrics.collapse import CollapseDiagnostics
+    from ragen_lit.models import load_policy, load_tokenizer
+
+    overrides = ["trainer.iterations=2", "rollout.groups=4", "validation.num_envs=0"]
+    ranks = _probe_fit(tmp_path, tiny_model_dir, tmp_path / "probe", *overrides, settings=DDP)
+    run_id = _runs(tmp_path).iloc[0]["run_id"]
+    cfg = _cfg(tmp_path, tiny_model_dir, *overrides)
+    collapse = CollapseDiagnostics(cfg.diagnostics)
+    policy = load_policy(str(tiny_model_dir), "float32")
+    chat = ChatFormat(load_tokenizer(str(tiny_model_dir)))
+    assert len(ranks[0]["diagnostics"]) == len(ranks[1]["diagnostics"]) == 2
+    for it, (a, b) in enumerate(zip(ranks[0]["diagnostics"], ranks[1]["diagnostics"])):
+        assert a["iteration"] == b["iteration"] == it
+        assert {t.group for t in a["trajectories"]} == {0, 2} and {t.group for t in b["trajectories"]} == {1, 3}
+        _assert_same_weights(a["weights"], b["weights"])
+        policy.load_state_dict(a["weights"])
+        union = a["trajectories"] + b["trajectories"]
+        expected = collapse.maybe_compute(policy, chat, union, it, cfg.rollout.temperature)
+        assert 0 < expected["collapse/first_turn/num_rows"] <= cfg.diagnostics.num_samples  # N over both ranks
+        assert a["values"].keys() == b["values"].keys() == expected.keys()
+        for key, value in expected.items():
+            assert a["values"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
+            assert b["values"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
+            assert _history(run_id, key)[it] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
 
 
 def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):

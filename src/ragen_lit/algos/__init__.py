@@ -1,5 +1,5 @@
-"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, presets, the learning-rate
-schedule."""
+"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, reward shaping, presets,
+the learning-rate schedule."""
 
 from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
@@ -22,6 +22,7 @@ from ragen_lit.algos.losses import (
     value_loss,
 )
 from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
+from ragen_lit.algos.reward_shaping import overlong_penalty
 from ragen_lit.algos.schedule import LR_DECAYS, lr_factor
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "group_normalized_advantages",
     "kl_penalty",
     "lr_factor",
+    "overlong_penalty",
     "policy_loss",
     "rloo_advantages",
     "scale_by_keep_rate",

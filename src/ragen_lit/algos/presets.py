@@ -1,16 +1,28 @@
 """Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo` sets the `AlgoConfig` section in one word;
 single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 
-| preset | advantage | whitened | loss aggregation        | critic |
-|--------|-----------|----------|-------------------------|--------|
-| ppo    | gae       | yes      | token-mean              | yes    |
-| dapo   | gae       | yes      | token-mean              | yes    |
-| grpo   | grpo      | no       | seq-mean-token-mean     | no     |
-| drgrpo | drgrpo    | no       | seq-mean-token-sum-norm | no     |
+| preset | advantage | whitened | loss aggregation        | critic | dynamic sampling | overlong shaping |
+|--------|-----------|----------|-------------------------|--------|------------------|------------------|
+| ppo    | gae       | yes      | token-mean              | yes    | no               | no               |
+| dapo   | grpo      | (no)     | token-mean              | no     | yes (4 rounds)   | L_cache 0.2·L_max |
+| grpo   | grpo      | no       | seq-mean-token-mean     | no     | no               | no               |
+| drgrpo | drgrpo    | no       | seq-mean-token-sum-norm | no     | no               | no               |
 All share clip 0.2 / 0.28 (clip-higher), dual-clip 3, entropy coef 0.001 and no KL loss (k3 if turned
-on). DAPO differs from PPO only in intent, as in the reference's main-table script: pair it with
-`filter.strategy=nonzero` for DAPO's dynamic sampling (drop groups whose rewards are all equal).
-GRPO-family advantages are already normalised per group, so they are not whitened again.
+on). GRPO-family advantages are already normalised per group, so they are not whitened again (the `dapo`
+preset keeps `whiten_advantages` on; it acts only on a GAE advantage, see below).
+
+`dapo` is DAPO as Yu et al. 2025 define it: group-relative advantages (r − mean) / std, token-level loss
+aggregation over all tokens of the mini-batch, clip-higher, no KL, dynamic sampling (`algo.dynamic_sampling`:
+refill the batch with groups of non-zero reward variance, `filtering.dynamic_sampling_keep`) and overlong
+reward shaping (`algo.overlong_cache_fraction`, `reward_shaping.overlong_penalty`: L_cache = 0.2·L_max, the
+paper's 4096 of 20480). It keeps the shared entropy bonus and dual-clip, which DAPO's objective does not
+have: `algo.entropy_coef=0 algo.dual_clip=0` gives the bare objective.
+
+The RAGEN reference's "DAPO" (its main-table row, and so the paper's) is GAE with a critic + whitening +
+token-mean + clip-higher + no KL, without dynamic sampling or length shaping: this project's PPO preset
+field for field. `algo=dapo algo.advantage=gae` turns the critic and whitened GAE back on under DAPO's
+sampling and shaping; `algo=dapo algo.advantage=gae algo.dynamic_sampling=false algo.overlong_cache_fraction=0`
+is the reference's DAPO exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ _CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
 # resolves `algo=<name>` to defaults + these fields (+ any `algo.x=y` overrides).
 PRESETS: dict[str, dict[str, object]] = {
     "ppo": {},
-    "dapo": {},
+    "dapo": {"advantage": "grpo", "dynamic_sampling": True, "overlong_cache_fraction": 0.2},
     "grpo": {"advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
     "drgrpo": {"advantage": "drgrpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-sum-norm"},
 }

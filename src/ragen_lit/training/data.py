@@ -1,15 +1,19 @@
 """`RolloutDataModule`: every epoch (= one RL iteration) generates fresh rollouts and turns them into
 the mini-batches `AgentRLModule.training_step` consumes.
 
-Per iteration (ARCHITECTURE.md): sync engine → reset envs with fresh seeds → multi-turn rollout →
-collapse diagnostics (every n iterations, before filtering) → reward-variance filter (one global keep
-mask) → old/ref log-probs, values and advantages on the kept rollouts → mini-batches.
+Per iteration (ARCHITECTURE.md): sync engine → reset envs with fresh seeds → multi-turn rollout (with DAPO's
+dynamic sampling, further rounds until the batch is full, `RolloutDataModule.sample`) → collapse diagnostics
+(every n iterations, before filtering) → reward-variance filter (one global keep mask) → overlong reward
+shaping of the kept rollouts (DAPO, `shape_overlong`) → old/ref log-probs, values and advantages on them →
+mini-batches.
 The data module reaches the LightningModule only through `RolloutModule` (below).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import math
 import time
 from functools import partial
@@ -22,13 +26,18 @@ from torch.utils.data import DataLoader
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
+from ragen_lit.algos import overlong_penalty
 from ragen_lit.config import Config
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
-from ragen_lit.filtering import filter_stats, select_groups, select_trajectories
+from ragen_lit.filtering import dynamic_sampling_keep, filter_stats, select_groups, select_trajectories
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.batch import collate, select_rows
+
+log = logging.getLogger(__name__)
+# Dynamic sampling's extra rounds draw their env seeds this far above the first round's (`train_seeds`)
+ROUND_SEED_STRIDE = 10**8
 
 
 def episode_limits(cfg: Config) -> EpisodeLimits:
@@ -105,15 +114,19 @@ class RolloutDataModule(L.LightningDataModule):
     def env_factory(self):
         return partial(make_env, self.cfg.env.name, **self.cfg.env.options)
 
-    def train_seeds(self, iteration: int) -> tuple[list[int], list[int]]:
+    def train_seeds(self, iteration: int, sampling_round: int = 0) -> tuple[list[int], list[int]]:
         """This rank's (seeds, group ids): group g of iteration i has seed `rollout.seed + groups*i + g`
-        (fresh, disjoint prompts every iteration); groups are dealt round-robin to ranks."""
+        (fresh, disjoint prompts every iteration); groups are dealt round-robin to ranks.
+
+        Dynamic sampling's extra round r ≥ 1 draws group g from `ROUND_SEED_STRIDE·r` above that seed, with
+        group id `groups·r + g`: fresh prompts, disjoint from every first round's while groups × iterations
+        stays below the stride, and group ids that stay unique within the iteration."""
         r = self.cfg.rollout
         rank, world = dist_utils.rank_and_world()
         seeds, groups = [], []
         for g in range(rank, r.groups, world):
-            seeds += [r.seed + r.groups * iteration + g] * r.group_size
-            groups += [g] * r.group_size
+            seeds += [r.seed + r.groups * iteration + g + ROUND_SEED_STRIDE * sampling_round] * r.group_size
+            groups += [r.groups * sampling_round + g] * r.group_size
         return seeds, groups
 
     # -- one iteration ------------------------------------------------------------------------
@@ -147,12 +160,10 @@ class RolloutDataModule(L.LightningDataModule):
         self.rolled_out = iteration
         timings = {}
         t0 = time.perf_counter()
-        seeds, groups = self.train_seeds(iteration)
-        trajectories = self.run_rollouts(
-            module, seeds, groups, cfg.rollout.temperature, seed=cfg.trainer.seed * 100003 + iteration
-        )
+        trajectories, sampled, sampling_metrics = self.sample(module, iteration)
         timings["time/generation_s"] = time.perf_counter() - t0
-        metrics = rollout_metrics(trajectories)
+        # every generated rollout (all rounds: each draws fresh prompts) describes the policy, before selection
+        metrics = {**rollout_metrics(trajectories), **sampling_metrics}
 
         t1 = time.perf_counter()
         metrics.update(module.collapse_diagnostics(trajectories, iteration))
@@ -163,9 +174,12 @@ class RolloutDataModule(L.LightningDataModule):
             )
 
         metrics.update(module.gradient_buckets(trajectories, iteration))
-        keep_rows, filter_metrics = self.select(trajectories)
+        keep_rows, filter_metrics = self.select(sampled)
         metrics.update(filter_metrics)
-        kept = [trajectories[i] for i in keep_rows]
+        kept = [sampled[i] for i in keep_rows]
+        if cfg.algo.overlong_cache_fraction > 0 and kept:
+            kept, shaping_metrics = shape_overlong(kept, cfg.rollout.max_new_tokens, cfg.algo.overlong_cache_fraction)
+            metrics.update(shaping_metrics)
         plan: list[list[int]] = []
         batch = None
         if kept:
@@ -176,7 +190,7 @@ class RolloutDataModule(L.LightningDataModule):
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
             plan = plan_minibatches(
                 len(kept),
-                len(trajectories),
+                len(sampled),
                 cfg.optim.num_minibatches,
                 cfg.filter.minibatch,
                 cfg.algo.ppo_epochs,
@@ -193,13 +207,58 @@ class RolloutDataModule(L.LightningDataModule):
         minibatches += [{"empty": torch.tensor(True)}] * (steps - len(minibatches))
         return DataLoader(minibatches, batch_size=None, shuffle=False, collate_fn=lambda x: x)
 
-    def select(self, trajectories) -> tuple[list[int], dict[str, float]]:
-        """The reward-variance filter on all ranks' groups at once; returns this rank's kept rows."""
-        f = self.cfg.filter
+    def sample(self, module: RolloutModule, iteration: int):
+        """This iteration's rollouts: (every generated trajectory, this rank's batch, `sampling/*` metrics).
+
+        Without `algo.dynamic_sampling` one round of `rollout.groups` groups, all of it the batch, no metrics.
+        With it (DAPO), rounds of `rollout.groups` fresh groups until the groups with non-zero reward variance
+        over all ranks number `rollout.groups` or `algo.max_sampling_rounds` rounds ran; the batch is the first
+        `rollout.groups` of them in (round, group) order (`filtering.dynamic_sampling_keep`: an over-filled
+        batch is trimmed). Rule at the cap: the iteration trains on the groups it kept (fewer than
+        `rollout.groups`, possibly none, then nothing is updated as with an empty filter) and warns once.
+        Logged: `sampling/rounds`, `sampling/groups_generated`, `sampling/groups_kept`, `sampling/cap_hit`."""
+        cfg = self.cfg
+        rounds = cfg.algo.max_sampling_rounds if cfg.algo.dynamic_sampling else 1
+        trajectories = []
+        for sampling_round in range(rounds):
+            seeds, groups = self.train_seeds(iteration, sampling_round)
+            seed = cfg.trainer.seed * 100003 + iteration + ROUND_SEED_STRIDE * sampling_round
+            trajectories += self.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=seed)
+            if not cfg.algo.dynamic_sampling:
+                return trajectories, trajectories, {}
+            rewards, group_ids, local_groups = self._gather_rewards(trajectories)
+            keep = dynamic_sampling_keep(rewards, cfg.rollout.groups)
+            if int(keep.sum()) == cfg.rollout.groups:
+                break
+        kept_groups = set(group_ids[keep].tolist())
+        num_kept = len(kept_groups)
+        if num_kept < cfg.rollout.groups:
+            log.warning(
+                f"dynamic sampling: {num_kept} of rollout.groups={cfg.rollout.groups} groups with non-zero reward "
+                f"variance after algo.max_sampling_rounds={rounds} rounds; iteration {iteration} trains on those"
+            )
+        sampled = [t for t in trajectories if t.group in kept_groups]
+        metrics = {
+            "sampling/rounds": float(sampling_round + 1),
+            "sampling/groups_generated": float(rewards.shape[0]),
+            "sampling/groups_kept": float(num_kept),
+            "sampling/cap_hit": float(num_kept < cfg.rollout.groups),
+        }
+        return trajectories, sampled, metrics
+
+    def _gather_rewards(self, trajectories) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(all ranks' rewards [G, K] and group ids [G], sorted by group id; this rank's group ids [G_local])."""
         K = self.cfg.rollout.group_size
         local = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
         local_groups = torch.tensor([t.group for t in trajectories[::K]], dtype=torch.long)
         rewards, group_ids = dist_utils.gather_groups(local, local_groups)
+        return rewards, group_ids, local_groups
+
+    def select(self, trajectories) -> tuple[list[int], dict[str, float]]:
+        """The reward-variance filter on all ranks' groups at once; returns this rank's kept rows."""
+        f = self.cfg.filter
+        K = self.cfg.rollout.group_size
+        rewards, group_ids, local_groups = self._gather_rewards(trajectories)
         if f.level == "trajectory":
             # [G, K]: the statistics and the keep rate passed to the update count rollouts, not groups
             keep = keep_rows_all = select_trajectories(rewards, f.value)
@@ -229,6 +288,29 @@ class RolloutDataModule(L.LightningDataModule):
     def load_state_dict(self, state):
         self.iteration_metrics = dict(state.get("iteration_metrics", {}))
         self.rolled_out = int(state.get("rolled_out", -1))
+
+
+def shape_overlong(trajectories, max_new_tokens: int, cache_fraction: float) -> tuple[list, dict[str, float]]:
+    """DAPO's overlong reward shaping in the multi-turn setting: every turn is one generation with its own
+    budget L_max = `rollout.max_new_tokens`, so each turn's response length (its sampled tokens) gets
+    `algos.overlong_penalty(length, L_max, L_cache)`, L_cache = round(`cache_fraction`·L_max), added to that
+    turn's reward; the episode return (the sum of turn rewards) gets the sum of its turns' penalties. Where
+    the rewards then sit is unchanged (`collate`: the return on the last sampled token, or each turn's reward
+    on its end token with `algo.turn_level_rewards`). Returns shaped copies and `overlong/*` metrics (means
+    over this rank's kept trajectories and their turns)."""
+    cache = round(cache_fraction * max_new_tokens)
+    lengths = torch.tensor([turn.response_end - turn.prompt_end for t in trajectories for turn in t.turns])
+    penalties = overlong_penalty(lengths, max_new_tokens, cache).tolist()
+    shaped, start = [], 0
+    for traj in trajectories:
+        own = penalties[start : start + len(traj.turns)]
+        start += len(traj.turns)
+        turns = [dataclasses.replace(turn, reward=turn.reward + p) for turn, p in zip(traj.turns, own)]
+        shaped.append(dataclasses.replace(traj, turns=turns, reward=traj.reward + sum(own)))
+    return shaped, {
+        "overlong/penalty_mean": sum(penalties) / len(trajectories),
+        "overlong/penalised_turn_rate": sum(p < 0 for p in penalties) / max(len(penalties), 1),
+    }
 
 
 def rollout_metrics(trajectories, prefix: str = "rollout") -> dict[str, float]:
