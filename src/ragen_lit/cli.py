@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
 from ragen_lit.diagnose import DiagnoseOptions, flag
+from ragen_lit.errors import RunError
 from ragen_lit.typed_fields import field_docs
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
@@ -49,6 +50,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
 
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
@@ -79,6 +81,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         num_nodes=cfg.trainer.num_nodes,
         strategy=_strategy(cfg),
         precision=cfg.trainer.precision,
+        plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=logger,
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
         callbacks=[
@@ -289,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: checkpoints and logged metrics written so far are kept", file=sys.stderr)
         return 130
