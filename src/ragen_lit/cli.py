@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
 from ragen_lit.diagnose import DiagnoseOptions, flag
+from ragen_lit.errors import RunError
 from ragen_lit.typed_fields import field_docs
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
@@ -20,11 +21,12 @@ _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 def fit(cfg: Config) -> dict[str, float]:
     """Train; returns the end-of-run summary."""
     import torch
+    from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.training.tracking import resolve_run_dir
 
     started = time.perf_counter()
-    preflight(cfg)
+    preflight(cfg, open_store=rank_zero_only.rank == 0)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
@@ -48,6 +50,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
 
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
@@ -78,6 +81,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         num_nodes=cfg.trainer.num_nodes,
         strategy=_strategy(cfg),
         precision=cfg.trainer.precision,
+        plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=logger,
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
         callbacks=[
@@ -107,9 +111,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     return summary
 
 
-def preflight(cfg: Config) -> None:
+def preflight(cfg: Config, open_store: bool = True) -> None:
     """The checks that need this machine (installed packages, devices, files), run before any folder, MLflow run or
-    model is made, so a mistake ends with one line and writes nothing."""
+    model is made, so a mistake ends with one line and writes nothing. Last, unless `open_store` is off (a rank
+    other than rank zero, which opened it), the output folder is checked and the MLflow store opened."""
     import importlib.util
 
     import torch
@@ -128,6 +133,10 @@ def preflight(cfg: Config) -> None:
         if value and _looks_local(value) and not Path(value).expanduser().exists():
             raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
     check_env(cfg)
+    if open_store:
+        from ragen_lit.training.store import open_store as open_tracking_store
+
+        open_tracking_store(cfg)
 
 
 def _looks_local(path: str) -> bool:
@@ -283,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: checkpoints and logged metrics written so far are kept", file=sys.stderr)
         return 130

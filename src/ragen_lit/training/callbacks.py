@@ -133,3 +133,9 @@ class IterationProgressBar(L.Callback):
     def on_train_end(self, trainer, module):
         if self.bar is not None:
             self.bar.close()
+
+    @rank_zero_only
+    def on_exception(self, trainer, module, exception):
+        """End the bar's line, so the error that stopped the run starts a line of its own."""
+        if self.bar is not None:
+            self.bar.close()

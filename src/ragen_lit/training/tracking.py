@@ -8,6 +8,9 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
 
+STORE_NAME = "mlruns.db"
+"""The default MLflow store: an sqlite file in `logging.output_dir`."""
+
 
 def default_run_name(cfg: Config) -> str:
     filt = "nofilter" if cfg.filter.strategy == "none" else f"{cfg.filter.strategy}{cfg.filter.value:g}"
@@ -17,7 +20,7 @@ def default_run_name(cfg: Config) -> str:
 def tracking_uri(cfg: Config) -> str:
     if cfg.logging.tracking_uri:
         return cfg.logging.tracking_uri
-    store = Path(cfg.logging.output_dir).resolve() / "mlruns.db"
+    store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
     store.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store}"
 

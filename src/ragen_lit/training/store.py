@@ -1,0 +1,75 @@
+"""Before a run starts: the output folder can be written and the MLflow store opens.
+
+Checked ahead of any model load, run folder or MLflow run, so a bad folder or a broken store ends with one line
+naming the path and the fault, and nothing is written. The sqlite file is read with the `sqlite3` module first:
+handed a file that is not a database, MLflow's engine retries with back-off for about two minutes before it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from ragen_lit.config import Config, ConfigError
+from ragen_lit.training.tracking import STORE_NAME, ensure_experiment, tracking_uri
+
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def check_folder(folder: Path, key: str) -> None:
+    """`folder` is a folder, or can be made, and a file can be created in it; the probe file leaves no trace."""
+    existing = folder
+    while not existing.exists():  # also False for a path under a regular file: that file is the first to exist
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{key}: {existing} is a file, not a folder, so {folder} cannot be made")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as err:
+        raise ConfigError(f"{key}: cannot write in {existing} ({err.strerror})") from None
+
+
+def check_sqlite_store(path: Path, key: str) -> None:
+    """The store's folder can be written, and `path`, if it exists, is an sqlite database this process may write."""
+    check_folder(path.parent, key)
+    if path.is_dir():
+        raise ConfigError(f"{key}: the MLflow store {path} is a folder, not an sqlite file; move it away")
+    if not path.exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as err:
+        raise ConfigError(
+            f"{key}: the MLflow store {path} is not a readable sqlite database ({err}); move it away"
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{key}: the MLflow store {path} is read-only")
+
+
+def sqlite_store(cfg: Config) -> tuple[Path, str] | None:
+    """(file, the key that names it) of an sqlite tracking store; None for any other kind of store."""
+    if cfg.logging.tracking_uri is None:
+        return Path(cfg.logging.output_dir).resolve() / STORE_NAME, f"logging.output_dir={cfg.logging.output_dir!r}"
+    uri = cfg.logging.tracking_uri
+    path = uri[len(_SQLITE_PREFIX) :].split("?")[0] if uri.startswith(_SQLITE_PREFIX) else ""
+    return (Path(path), f"logging.tracking_uri={uri!r}") if path else None
+
+
+def open_store(cfg: Config) -> None:
+    """Check the output folder and the sqlite store, then open the store and create the experiment in it."""
+    check_folder(Path(cfg.logging.output_dir).resolve(), f"logging.output_dir={cfg.logging.output_dir!r}")
+    store = sqlite_store(cfg)
+    if store is not None:
+        check_sqlite_store(*store)
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        ensure_experiment(cfg)
+    except (MlflowException, SQLAlchemyError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"MLflow store {tracking_uri(cfg)} cannot be opened: {first_line}") from None
