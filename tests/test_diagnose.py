@@ -227,6 +227,7 @@ def test_extra_metrics_get_a_row_without_chance():
         ("same_prompt_two_groups", "hold 1 distinct prompt (2 groups)"),
         ("max_rows_zero", "--max-rows=0 is out of range; it must be >= 1"),
         ("small_budget", "--max-tokens-per-forward=10 must be 0 (auto) or >= 64"),
+        ("negative_limit", "--max-tokens=-1 is out of range; it must be >= 0"),
         ("no_model_folder", "no such folder"),
         ("not_a_model_folder", "no config.json"),
     ],
@@ -254,6 +255,8 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
         extra = ["--max-rows", "0"]
     elif case == "small_budget":
         extra = ["--max-tokens-per-forward", "10"]
+    elif case == "negative_limit":
+        extra = ["--max-tokens", "-1"]
     elif case == "no_model_folder":
         model = str(tmp_path / "no_such_model")
     elif case == "not_a_model_folder":
