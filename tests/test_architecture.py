@@ -24,7 +24,7 @@ PARALLEL = {
     "parallel.strategy",
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
-BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config"}
+BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "checkpoints"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -41,6 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "parallel.sharded": {"parallel.fsdp", "parallel.collectives"},
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
+    "checkpoints": {"errors", "config", "models", "presets"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -49,6 +50,7 @@ ALLOWED: dict[str, set[str]] = {
         "metrics",
         "models",
         "presets",
+        "checkpoints",
         "logprobs",
         "parallel.collectives",
     },

@@ -227,6 +227,7 @@ def test_extra_metrics_get_a_row_without_chance():
         ("same_prompt_two_groups", "hold 1 distinct prompt (2 groups)"),
         ("max_rows_zero", "--max-rows=0 is out of range; it must be >= 1"),
         ("small_budget", "--max-tokens-per-forward=10 must be 0 (auto) or >= 64"),
+        ("negative_limit", "--max-tokens=-1 is out of range; it must be >= 0"),
         ("no_model_folder", "no such folder"),
         ("not_a_model_folder", "no config.json"),
     ],
@@ -254,6 +255,8 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
         extra = ["--max-rows", "0"]
     elif case == "small_budget":
         extra = ["--max-tokens-per-forward", "10"]
+    elif case == "negative_limit":
+        extra = ["--max-tokens", "-1"]
     elif case == "no_model_folder":
         model = str(tmp_path / "no_such_model")
     elif case == "not_a_model_folder":
@@ -307,3 +310,86 @@ def test_options_share_the_config_default_and_its_check(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["diagnose", "--model", "m", "--rollouts", "r.jsonl", "--dtype", "float16"])
     assert exit_info.value.code == 2 and "invalid choice: 'float16'" in capsys.readouterr().err
+
+
+HUGE = 10_000_000  # characters: the hostile rows of issue 17
+
+
+def test_rows_longer_than_the_context_are_skipped_without_tokenizing_them(model_dir, loaded, tmp_path):
+    """A 10 MB prompt and a 10 MB reasoning are skipped and counted on one line; neither is tokenized (the
+    character bound: 256 positions x the longest vocabulary entry), and the other rows are scored as before."""
+    model, tokenizer = loaded
+    records = good_records(tokenizer)
+    lines = records + [
+        {**records[0], "prompt": records[0]["prompt"] + "x" * HUGE, "group": "huge prompt"},
+        {**records[0], "reasoning": "go left " * (HUGE // 8)},
+    ]
+    rows, skipped, read = read_rollouts(write_jsonl(tmp_path / "r.jsonl", lines))
+    encoded = []
+    original = type(tokenizer).encode
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            type(tokenizer), "encode", lambda self, text, **kw: encoded.append(len(text)) or original(self, text, **kw)
+        )
+        result = diagnose_rollouts(model, tokenizer, rows, skipped, read)
+    reason = "prompt + reasoning over the 256-token limit (the model's context)"
+    assert dict(result.skipped.counts) == {reason: 2}
+    assert result.skipped.describe() == [f"2: {reason} (lines 7, 8)"]
+    assert max(encoded) < 10_000
+    reference = diagnose_rollouts(model, tokenizer, *read_rollouts(write_jsonl(tmp_path / "g.jsonl", records)))
+    assert result.values == reference.values and result.rows_used == 6
+
+
+def test_max_tokens_and_the_longest_prompt_bound_every_pair(loaded, tmp_path):
+    """--max-tokens lowers the limit; a row that fits on its own but not after the longest column prompt is
+    skipped too, since its reasoning is scored under every prompt."""
+    model, tokenizer = loaded
+    records = good_records(tokenizer)
+
+    def tokens(text):
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    prompts = [tokens(r["prompt"]) for r in records]
+    longest, shortest = max(prompts), min(prompts)
+    short = records[prompts.index(shortest)]
+    reasoning = " ".join(["left"] * (longest - shortest + 20))
+    limit = shortest + tokens(reasoning)  # the new row fits alone, not after the longest prompt
+    assert longest > shortest and all(p + tokens(r["reasoning"]) <= limit for p, r in zip(prompts, records))
+    lines = records + [{**short, "reasoning": reasoning}]
+    rows = read_rollouts(write_jsonl(tmp_path / "r.jsonl", lines))
+    result = diagnose_rollouts(model, tokenizer, *rows, max_tokens=limit)
+    reason = f"reasoning + the longest prompt ({longest} tokens) over the {limit}-token limit (--max-tokens)"
+    assert dict(result.skipped.counts) == {reason: 1} and result.rows_used == 6
+    # a limit above the model's context (256) does not raise it: the row fits there
+    wide = diagnose_rollouts(
+        model, tokenizer, *read_rollouts(write_jsonl(tmp_path / "w.jsonl", lines)), max_tokens=10**6
+    )
+    assert wide.skipped.total() == 0 and wide.rows_used == 7
+
+
+def test_huge_rows_end_quickly_in_bounded_memory(model_dir, loaded, tmp_path):
+    """The command on a file with a 10 MB prompt row and a 10 MB reasoning row: exit 0, the report counts both
+    as skipped on one line, in a short time and well below a gigabyte of extra memory (before: > 300 s at 11 GB,
+    and an attempt to allocate 10.9 TB)."""
+    import resource
+    import time
+
+    _, tokenizer = loaded
+    records = good_records(tokenizer)
+    lines = records + [
+        {**records[0], "prompt": "x" * HUGE},
+        {**records[2], "reasoning": "y" * HUGE},
+    ]
+    path = write_jsonl(tmp_path / "r.jsonl", lines)
+    started = time.perf_counter()
+    run = subprocess.run(
+        [sys.executable, "-m", "ragen_lit", "diagnose", "--model", model_dir, "--rollouts", path, "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert time.perf_counter() - started < 120
+    assert "skipped 2: prompt + reasoning over the 256-token limit (the model's context) (lines 7, 8)" in run.stdout
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 3 * 2**20  # KiB: under 3 GiB

@@ -1,4 +1,6 @@
-"""`python -m ragen_lit <command>`: fit, sweep, compare, diagnose, config. User mistakes end with one clear line."""
+"""`python -m ragen_lit <command>`: fit, sweep, compare, diagnose, export, config.
+
+User mistakes end with one clear line."""
 
 from __future__ import annotations
 
@@ -224,6 +226,14 @@ def _diagnose_command(args) -> int:
     return run_diagnose(DiagnoseOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseOptions)}))
 
 
+def _export_command(args) -> int:
+    from ragen_lit.checkpoints import export_run
+
+    out = export_run(args.run, args.out)
+    print(f"exported the trained policy to {out} (load it with model.path={out} or from_pretrained)")
+    return 0
+
+
 def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
     """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
     docs, types = field_docs(options), typing.get_type_hints(options)
@@ -277,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
     _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
+    p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
+    p_exp.add_argument("run", help="a run folder (its checkpoints/last.ckpt, else the last by name) or a checkpoint")
+    p_exp.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    p_exp.set_defaults(func=_export_command)
     p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")
     p_cmp.add_argument("targets", nargs="*", help="folders to search for **/mlruns.db, or run ids/names/points")
     p_cmp.add_argument("--tracking-uri", help="one more MLflow store or server")

@@ -11,12 +11,22 @@ usable row's prompt, and a row's true column is its group's. Columns whose promp
 one column group (a hit on any copy counts), exactly as in training (`diagnostics.column_groups_of`).
 
 A bad row is skipped and counted by reason, with its first line numbers, in the report: a line that is
-not a JSON object, a missing or ill-typed field, reasoning that tokenizes to nothing, or a prompt whose
-tokens differ from its group's first usable prompt. The last one breaks the file's promise that a group is one
-prompt: scoring that row against its group's column would measure the wrong pair, and giving it a column
-of its own would silently change N and the chance level, so the row is dropped instead. Problems with the
-file or the model as a whole raise `ConfigError` (one line on stderr, exit code 2): the file is missing or
-unreadable, no row is usable, fewer than 2 distinct prompts remain, or the model cannot be loaded.
+not a JSON object, a missing or ill-typed field, reasoning that tokenizes to nothing, a row too long to score
+(below), or a prompt whose tokens differ from its group's first usable prompt. The last one breaks the file's
+promise that a group is one prompt: scoring that row against its group's column would measure the wrong pair,
+and giving it a column of its own would silently change N and the chance level, so the row is dropped instead.
+Problems with the file or the model as a whole raise `ConfigError` (one line on stderr, exit code 2): the file
+is missing or unreadable, no row is usable, fewer than 2 distinct prompts remain, or the model cannot be loaded.
+
+Every reasoning is scored under every column prompt, so each pair must fit the token limit: the model's context
+length, or `--max-tokens` where that is lower. A row whose prompt + reasoning exceeds it is skipped, and so is a
+row whose reasoning does not fit after the longest column prompt (a column prompt comes from a row that fits, so
+dropping these rows never leaves a pair too long). The check is cheap for any row size: a row with more
+characters than the limit times the longest token's length in characters (a bound that holds for tokenizers that
+do not drop characters: byte-level BPE, SentencePiece, WordPiece) cannot fit and is skipped before it is
+tokenized, and every text tokenized is therefore bounded.
+
+`--model` takes a run folder or one of its checkpoints as well (`ragen_lit.checkpoints`): the trained policy.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
 from ragen_lit.config import MODEL_PRESETS, ConfigError, DiagnosticsConfig, ModelConfig
 from ragen_lit.typed_fields import check_fields, checked
 
@@ -43,9 +54,11 @@ class DiagnoseOptions:
     """The options of `python -m ragen_lit diagnose`; each field is the flag `--<name with dashes>`."""
 
     model: str
-    """HF id or folder (or 'tiny')"""
+    """HF id or model folder, a preset (tiny, smollm2-135m), a run folder (its last.ckpt) or a checkpoint"""
     rollouts: str
     """JSONL: one {prompt, reasoning, group} per line"""
+    max_tokens: int = checked(0, ge=0)
+    """rows whose prompt + reasoning exceed this many tokens are skipped and counted; 0 = the model's context"""
     max_tokens_per_forward: int = checked(_BUDGET.default, **_BUDGET.metadata)
     """padded tokens per scoring forward (memory bound); 0 = auto, as for diagnostics.max_tokens_per_forward"""
     dtype: str = checked("float32", choices=DTYPES)
@@ -170,6 +183,7 @@ def diagnose_rollouts(
     skipped: SkippedRows,
     rows_read: int,
     *,
+    max_tokens: int = 0,
     max_tokens_per_forward: int = 0,
     max_rows: int | None = None,
     seed: int = 0,
@@ -180,6 +194,8 @@ def diagnose_rollouts(
         policy: HF causal LM (scored in eval mode, no grad).
         tokenizer: its tokenizer (`pad_token_id` set).
         rows / skipped / rows_read: from `read_rollouts`; `skipped` gains the rows dropped here.
+        max_tokens: a lower token limit per pair than the model's context (0: the context); see the module
+            docstring.
         max_tokens_per_forward: the scorer's memory bound, 0 = auto (`metrics.collapse.tokens_per_forward`).
         max_rows: score a uniform subsample of this many usable rows (`random.Random(seed)`), drawn
             after the row checks so that the skip counts describe the whole file.
@@ -191,7 +207,8 @@ def diagnose_rollouts(
     from ragen_lit.metrics import MIDiagnostics, cross_score
     from ragen_lit.metrics.collapse import column_groups_of, tokens_per_forward
 
-    tokenized = _tokenize_rows(tokenizer, rows, skipped)
+    limit = _limit(policy, max_tokens)
+    tokenized = _fit_longest_prompt(_tokenize_rows(tokenizer, rows, skipped, limit), limit, skipped)
     if not tokenized:
         raise ConfigError(f"no usable rows in the rollouts file ({_skip_summary(skipped, rows_read)})")
     subsampled_from = None
@@ -202,7 +219,7 @@ def diagnose_rollouts(
 
     column_of: dict[int | str, int] = {}
     prompts: list[list[int]] = []
-    for prompt_ids, _, group in tokenized:
+    for prompt_ids, _, group, _ in tokenized:
         if group not in column_of:
             column_of[group] = len(prompts)
             prompts.append(prompt_ids)
@@ -214,8 +231,8 @@ def diagnose_rollouts(
             f"the MI diagnostics compare prompts, but the usable rows{where} hold {num_distinct} distinct prompt "
             f"({len(prompts)} group{'s' if len(prompts) > 1 else ''}); need rows from at least 2 distinct prompts"
         )
-    reasonings = [reasoning_ids for _, reasoning_ids, _ in tokenized]
-    target = torch.tensor([column_of[group] for _, _, group in tokenized], dtype=torch.long)
+    reasonings = [reasoning_ids for _, reasoning_ids, _, _ in tokenized]
+    target = torch.tensor([column_of[group] for _, _, group, _ in tokenized], dtype=torch.long)
 
     print(
         f"scoring {len(reasonings)} reasonings x {len(prompts)} prompts = {len(reasonings) * len(prompts)} pairs "
@@ -238,24 +255,81 @@ def diagnose_rollouts(
     return DiagnoseResult(values, rows_read, len(tokenized), len(prompts), num_distinct, skipped, subsampled_from)
 
 
-def _tokenize_rows(
-    tokenizer, rows: list[RolloutRow], skipped: SkippedRows
-) -> list[tuple[list[int], list[int], int | str]]:
-    """[(prompt ids, reasoning ids, group)] of the rows that pass the token-level checks."""
+@dataclass
+class TokenLimit:
+    """The most prompt + reasoning tokens of one scored pair, and where that number comes from."""
+
+    tokens: int
+    source: str
+
+    def reason(self, what: str) -> str:
+        return f"{what} over the {self.tokens}-token limit ({self.source})"
+
+
+def _limit(policy, max_tokens: int) -> TokenLimit:
+    from ragen_lit.models import context_length
+
+    context = context_length(policy.config)
+    if max_tokens and (context is None or max_tokens < context):
+        return TokenLimit(max_tokens, flag("max_tokens"))
+    if context is None:
+        raise ConfigError(
+            f"the model's config states no context length (max_position_embeddings); give {flag('max_tokens')}"
+        )
+    return TokenLimit(context, "the model's context")
+
+
+def _max_chars_per_token(tokenizer) -> int:
+    """The longest vocabulary entry in characters: no token covers more characters of the text, so a text of
+    c characters has at least c / this many tokens (for tokenizers that do not drop characters)."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1) or 1
+
+
+Tokenized = tuple[list[int], list[int], int | str, int]  # prompt ids, reasoning ids, group, line
+
+
+def _tokenize_rows(tokenizer, rows: list[RolloutRow], skipped: SkippedRows, limit: TokenLimit) -> list[Tokenized]:
+    """The rows that pass the token-level checks. A row with more characters than the limit can cover is
+    skipped without being tokenized (see the module docstring)."""
+    too_long = limit.reason("prompt + reasoning")
+    max_chars = limit.tokens * _max_chars_per_token(tokenizer)
     group_prompt: dict[int | str, list[int]] = {}
     out = []
     for row in rows:
-        prompt_ids = list(tokenizer.encode(row.prompt, add_special_tokens=False))
-        reasoning_ids = list(tokenizer.encode(row.reasoning, add_special_tokens=False))
-        if not prompt_ids:
+        if len(row.prompt) + len(row.reasoning) > max_chars:
+            skipped.add(too_long, row.line)
+            continue
+        # verbose=False: a text longer than the tokenizer's model_max_length is skipped here, not worth a warning
+        prompt_ids = list(tokenizer.encode(row.prompt, add_special_tokens=False, verbose=False))
+        reasoning_ids = list(tokenizer.encode(row.reasoning, add_special_tokens=False, verbose=False))
+        if len(prompt_ids) + len(reasoning_ids) > limit.tokens:
+            skipped.add(too_long, row.line)
+        elif not prompt_ids:
             skipped.add("prompt has no tokens", row.line)
         elif not reasoning_ids:
             skipped.add("reasoning has no tokens", row.line)
         elif group_prompt.setdefault(row.group, prompt_ids) != prompt_ids:
             skipped.add("prompt differs from its group's first prompt", row.line)
         else:
-            out.append((prompt_ids, reasoning_ids, row.group))
+            out.append((prompt_ids, reasoning_ids, row.group, row.line))
     return out
+
+
+def _fit_longest_prompt(rows: list[Tokenized], limit: TokenLimit, skipped: SkippedRows) -> list[Tokenized]:
+    """Drop the rows whose reasoning does not fit the limit after the longest column prompt (each group's first
+    row's prompt). The longest prompt of the rows kept is no longer, so every pair left fits."""
+    columns: dict[int | str, int] = {}
+    for prompt_ids, _, group, _ in rows:
+        columns.setdefault(group, len(prompt_ids))
+    longest = max(columns.values(), default=0)
+    reason = limit.reason(f"reasoning + the longest prompt ({longest} tokens)")
+    kept = []
+    for row in rows:
+        if len(row[1]) + longest > limit.tokens:
+            skipped.add(reason, row[3])
+        else:
+            kept.append(row)
+    return kept
 
 
 def _skip_summary(skipped: SkippedRows, rows_read: int) -> str:
@@ -366,7 +440,8 @@ def resolve_model(model: str) -> str:
     path = os.path.expanduser(model)
     if looks_local and not os.path.isdir(path):
         raise ConfigError(
-            f"--model {model!r}: no such folder (give an HF id, a model folder, or one of {MODEL_PRESETS})"
+            f"--model {model!r}: no such folder (give an HF id, a model folder, a run folder or checkpoint, or one "
+            f"of {MODEL_PRESETS})"
         )
     if looks_local and not os.path.isfile(os.path.join(path, "config.json")):
         raise ConfigError(f"--model {model!r}: the folder holds no config.json, so it is not an HF model folder")
@@ -395,15 +470,21 @@ def run_diagnose(options: DiagnoseOptions) -> int:
         raise ConfigError(f"--device {device!r}: {err}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {str(device)!r}: CUDA is not available here (use --device cpu)")
-    path = resolve_model(options.model)
-    tokenizer = _load(load_tokenizer, path)
-    policy = _load(load_policy, path, options.dtype).to(device)
+    if is_run_or_checkpoint(options.model):
+        trained = load_trained_policy(options.model, options.dtype, flag("model"))
+        print(f"policy of {trained.checkpoint} (base model {trained.base})", file=sys.stderr)
+        policy, tokenizer = trained.policy.to(device), trained.tokenizer
+    else:
+        path = resolve_model(options.model)
+        tokenizer = _load(load_tokenizer, path)
+        policy = _load(load_policy, path, options.dtype).to(device)
     result = diagnose_rollouts(
         policy,
         tokenizer,
         rows,
         skipped,
         rows_read,
+        max_tokens=options.max_tokens,
         max_tokens_per_forward=options.max_tokens_per_forward,
         max_rows=options.max_rows,
         seed=options.seed,

@@ -58,6 +58,17 @@ def kv_heads_and_dim(config) -> tuple[int, int]:
     ) or text.hidden_size // heads
 
 
+def context_length(config) -> int | None:
+    """The most positions the decoder of a transformers config was built for (`max_position_embeddings`, GPT-2's
+    `n_positions`), or None where the config states none."""
+    text = config.get_text_config(decoder=True)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(text, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def layer_units(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks (FSDP units, compile units): modules whose class a transformers model lists in
     `_no_split_modules` (e.g. `Qwen2DecoderLayer`). Empty for other models (then only the root is a unit)."""

@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from ragen_lit.checkpoints import is_sharded_checkpoint
 from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
 
 STORE_NAME = "mlruns.db"
@@ -59,11 +60,6 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return run_dir, str(ckpt), info
-
-
-def is_sharded_checkpoint(path: Path) -> bool:
-    """A distributed-checkpoint folder as Lightning's ModelParallelStrategy writes it (`meta.pt` + shards)."""
-    return path.is_dir() and (path / "meta.pt").is_file()
 
 
 def checkpoint_mtime(path: Path) -> float:

@@ -1,0 +1,240 @@
+"""A run's checkpoints outside Lightning: which checkpoint a run folder stands for, the trained policy in it, and
+`python -m ragen_lit export`, which writes that policy as a transformers folder.
+
+A run folder (`<logging.output_dir>/<run name>-<time>/`) holds `run.json` (the run's resolved config) and
+`checkpoints/`: `iter-epoch=NNNN.ckpt` every `trainer.checkpoint_every` iterations and `last.ckpt`. A checkpoint is
+Lightning's: its `state_dict` holds the policy under `policy.`, the critic under `critic.` (not exported: it is
+a value head, not a language model) and no frozen reference. Under `trainer.strategy=fsdp` a checkpoint is a
+distributed-checkpoint folder (`last.ckpt/`: `meta.pt` and one shard file per rank), read here in one process.
+
+The rule for a run folder: `checkpoints/last.ckpt` (the newest state) if it exists, else the checkpoint whose
+name sorts last (the highest iteration, as the names are zero-padded). A checkpoint holds weights only; the
+architecture, tokenizer (with its chat template) and generation settings come from the base model the run
+started from (`model.path` or `model.name` in its `run.json`), which must still be loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragen_lit.config import ModelConfig
+from ragen_lit.errors import ConfigError
+from ragen_lit.models import load_tokenizer
+from ragen_lit.presets import resolve_model_path
+
+POLICY_PREFIX = "policy."
+EXPORT_INFO = "ragen_lit_export.json"  # provenance written next to the exported model
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """A distributed-checkpoint folder as Lightning's ModelParallelStrategy writes it (`meta.pt` + shards)."""
+    return path.is_dir() and (path / "meta.pt").is_file()
+
+
+def is_run_or_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether `path` names a run folder or a checkpoint (rather than a model folder or a hub id): a file, a
+    sharded checkpoint folder, or a folder with `checkpoints/` or `run.json` and no `config.json`."""
+    path = Path(path).expanduser()
+    if path.is_file() or is_sharded_checkpoint(path):
+        return True
+    return (
+        path.is_dir()
+        and not (path / "config.json").exists()
+        and ((path / "checkpoints").is_dir() or (path / "run.json").is_file())
+    )
+
+
+def find_checkpoint(source: str | os.PathLike, what: str) -> Path:
+    """The checkpoint that `source` (a run folder or a checkpoint) stands for, by the rule of the module docstring.
+
+    `what` names the argument in errors (e.g. `--model`). Raises `ConfigError` for a missing path or a run
+    folder without checkpoints."""
+    path = Path(source).expanduser()
+    if path.is_file() or is_sharded_checkpoint(path):
+        return path.resolve()
+    if not path.is_dir():
+        raise ConfigError(f"{what} {str(source)!r}: no such run folder or checkpoint file")
+    folder = path / "checkpoints"
+    found = sorted(p for p in folder.glob("*.ckpt") if p.is_file() or is_sharded_checkpoint(p))
+    if not found:
+        raise ConfigError(
+            f"{what} {str(source)!r}: no checkpoints in {folder} (a run folder holds checkpoints/*.ckpt once "
+            "an iteration has finished)"
+        )
+    last = folder / "last.ckpt"
+    return (last if last in found else found[-1]).resolve()
+
+
+def policy_state(checkpoint: Path, what: str) -> tuple[dict, dict]:
+    """(policy state dict without the `policy.` prefix, {"epoch", "global_step"}) of a Lightning checkpoint.
+
+    Tensors are memory-mapped from a single file; a sharded folder is gathered into one temporary file first.
+    Raises `ConfigError` for a file that is not a ragen_lit checkpoint."""
+    if is_sharded_checkpoint(checkpoint):
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            full = Path(tmp) / "full.pt"
+            try:
+                dcp_to_torch_save(checkpoint, full)
+            except Exception as err:  # torch.distributed.checkpoint wraps every reader failure in its own types
+                raise ConfigError(
+                    f"{what} {str(checkpoint)!r}: cannot read this sharded checkpoint ({_first_line(err)})"
+                ) from None
+            return _policy_part(_load(full, checkpoint, what), checkpoint, what)
+    return _policy_part(_load(checkpoint, checkpoint, what), checkpoint, what)
+
+
+def _load(file: Path, checkpoint: Path, what: str) -> dict:
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: not a checkpoint torch can read ({_first_line(err)}); give a run folder "
+            "or one of its checkpoints/*.ckpt"
+        ) from None
+
+
+def _policy_part(content, checkpoint: Path, what: str) -> tuple[dict, dict]:
+    state = content.get("state_dict") if isinstance(content, dict) else None
+    policy = {k[len(POLICY_PREFIX) :]: v for k, v in (state or {}).items() if k.startswith(POLICY_PREFIX)}
+    if not policy:
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: this file holds no policy weights (no 'state_dict' with 'policy.' keys), "
+            "so it is not a ragen_lit checkpoint"
+        )
+    return policy, {k: int(content[k]) for k in ("epoch", "global_step") if k in content}
+
+
+def base_model_path(checkpoint: Path, what: str) -> str:
+    """The folder or hub id the run started from, read from the `run.json` of the checkpoint's run folder."""
+    run_dir = checkpoint.parent.parent
+    info_path = run_dir / "run.json"
+    try:
+        model = json.loads(info_path.read_text())["config"]["model"]
+        cfg = ModelConfig(**model)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: no run.json in {run_dir}; a checkpoint is read inside its run folder "
+            "(<run>/checkpoints/*.ckpt), whose run.json names the base model"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{what}: {info_path} does not name the run's model ({_first_line(err)})") from None
+    base = resolve_model_path(cfg)
+    if (os.path.isabs(base) or base.startswith((".", "~"))) and not Path(base).expanduser().is_dir():
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: the run's base model {base!r} (model.path in {info_path}) is gone; "
+            "its config and tokenizer are needed to rebuild the policy"
+        )
+    return base
+
+
+@dataclass
+class TrainedPolicy:
+    """The policy of one checkpoint, ready to score or save."""
+
+    policy: object
+    """the base model's architecture (its config as the base folder has it) with the checkpoint's weights, in eval
+    mode"""
+    tokenizer: object
+    """the base model's tokenizer (`models.load_tokenizer`: a pad token is set)"""
+    checkpoint: Path
+    base: str
+    """the folder or hub id the run started from"""
+    progress: dict
+    """{"epoch", "global_step"} of the checkpoint, where it records them"""
+
+
+def load_trained_policy(source: str | os.PathLike, dtype: str | None, what: str) -> TrainedPolicy:
+    """The trained policy of a run folder or checkpoint (see `TrainedPolicy`).
+
+    `dtype`: a name of `models.DTYPES`, or None for the checkpoint's own dtype."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from ragen_lit.models import DTYPES
+
+    checkpoint = find_checkpoint(source, what)
+    state, progress = policy_state(checkpoint, what)
+    base = base_model_path(checkpoint, what)
+    tokenizer = load_tokenizer(base)
+    stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
+    try:
+        config = AutoConfig.from_pretrained(base)
+        policy = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype] if dtype else stored)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{what}: cannot build the run's base model {base!r} ({_first_line(err)})") from None
+    _load_weights(policy, state, checkpoint, base, what)
+    return TrainedPolicy(policy.eval(), tokenizer, checkpoint, base, progress)
+
+
+def _load_weights(policy, state: dict, checkpoint: Path, base: str, what: str) -> None:
+    """Copy `state` into `policy`, strictly: a key may be absent only where its parameter is tied to a loaded one."""
+    try:
+        missing, unexpected = policy.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: its weights do not fit the base model {base!r} ({_first_line(err)})"
+        ) from None
+    own = policy.state_dict()
+    loaded = {own[k].data_ptr() for k in state if k in own}
+    untied = [k for k in missing if own[k].data_ptr() not in loaded]
+    if untied or unexpected:
+        raise ConfigError(
+            f"{what} {str(checkpoint)!r}: its weights do not fit the base model {base!r} "
+            f"(missing {untied[:3]}, unexpected {unexpected[:3]})"
+        )
+
+
+def export_run(source: str, out: str) -> Path:
+    """Write the trained policy of `source` (a run folder or checkpoint) as a transformers folder at `out`:
+    config, safetensors weights (in the checkpoint's dtype), tokenizer with its chat template, generation config,
+    and `ragen_lit_export.json` (which checkpoint, which base model). The folder is written beside `out` and
+    renamed into place, so an interrupted export leaves no half folder. Returns `out`."""
+    target = Path(out).expanduser().resolve()
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise ConfigError(f"--out {out!r}: already exists and is not an empty folder; give a new or empty folder")
+    trained = load_trained_policy(source, None, "RUN")
+    trained.policy.generation_config = _generation_config(trained.base, trained.policy.config)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as err:
+        raise ConfigError(f"--out {out!r}: cannot create a folder there ({err.strerror or err})") from None
+    try:
+        trained.policy.save_pretrained(staging)
+        trained.tokenizer.save_pretrained(staging)
+        info = {"checkpoint": str(trained.checkpoint), "base_model": trained.base, **trained.progress}
+        (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+        if target.exists():
+            target.rmdir()
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _generation_config(base: str, config):
+    """The base model's generation settings (its generation_config.json), else those implied by its config."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(base)
+    except (OSError, ValueError):
+        return GenerationConfig.from_model_config(config)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
