@@ -3,9 +3,9 @@
     python scripts/build_tiny_model.py                 # into the user cache (reused if already built)
     python scripts/build_tiny_model.py --out DIR --force
 
-`python -m ragen_lit fit` builds the same folder on first use; this script is for building it ahead
-of time or somewhere else. It prints the one-line summary (parameters, SFT steps, final loss,
-validation success at T=0.5, timings).
+`model.name=tiny` loads the folder shipped in the package (`ragen_lit/presets/tiny/shipped/`, made by
+this script: docs/DEFAULT_RECIPE.md); build your own draw here and pass it as `model.path=DIR`. It prints
+the one-line summary (parameters, SFT steps, final loss, validation success at T=0.5, timings).
 """
 
 from __future__ import annotations

