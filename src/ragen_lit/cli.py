@@ -20,14 +20,16 @@ from ragen_lit.typed_fields import field_docs
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
 
-def fit(cfg: Config) -> dict[str, float]:
-    """Train; returns the end-of-run summary."""
+def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
+    """Train; returns the end-of-run summary. `verbose` keeps third-party INFO lines, tips and warnings."""
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import resolve_run_dir
 
     started = time.perf_counter()
+    quiet_third_party(verbose)
     preflight(cfg, open_store=rank_zero_only.rank == 0)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
@@ -53,6 +55,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.checkpoint_io import StrictCheckpointIO
+    from ragen_lit.training.console import describe_run
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
@@ -103,6 +106,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
         use_distributed_sampler=False,
         default_root_dir=str(run_dir),
     )
+    if trainer.is_global_zero:
+        print(describe_run(cfg, trainer, run_dir), flush=True)
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     summary = summarize(iteration_logger.history, validation.results, time.perf_counter() - started)
     if trainer.is_global_zero:
@@ -191,7 +196,7 @@ def _fit_command(args) -> int:
     if args.tracking_uri:
         overrides.append(f"logging.tracking_uri={args.tracking_uri}")
     cfg = load_config(args.config, overrides)
-    fit(cfg)
+    fit(cfg, verbose=args.verbose)
     return 0
 
 
@@ -260,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     p_fit = sub.add_parser("fit", help="train an agent (one Lightning epoch per RL iteration)")
     p_fit.add_argument("--config", help="YAML config (see conf/)")
     p_fit.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite store in logging.output_dir)")
+    p_fit.add_argument(
+        "--verbose", action="store_true", help="also show third-party INFO lines, tips and warnings (hidden by default)"
+    )
     p_fit.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset for algo/model")
     p_fit.set_defaults(func=_fit_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")

@@ -81,7 +81,12 @@ class ValidationRollouts(L.Callback):
         v = module.cfg.validation
         rank, world = dist_utils.rank_and_world()
         seeds = list(range(v.seed + rank, v.seed + v.num_envs, world))
+        bar = next((c for c in trainer.callbacks if isinstance(c, IterationProgressBar)), None)
+        if bar is not None:
+            bar.status(f"validating: {v.num_envs} episodes")
         trajectories = trainer.datamodule.run_rollouts(module, seeds, seeds, v.temperature, seed=v.seed)
+        if bar is not None:
+            bar.status(None)
         metrics = dist_utils.mean_over_ranks(rollout_metrics(trajectories, prefix="val"))
         self.results[iteration] = metrics
         _log(trainer, metrics, step=iteration)
@@ -109,13 +114,26 @@ class IterationProgressBar(L.Callback):
         self.bar = None
 
     @rank_zero_only
+    def setup(self, trainer, module, stage):
+        # made here, before the first validation (on_train_start), so that one shows as a status too
+        self.bar = tqdm(total=trainer.max_epochs, desc="iterations", unit="it", dynamic_ncols=True)
+
+    @rank_zero_only
     def on_train_start(self, trainer, module):
-        self.bar = tqdm(
-            total=trainer.max_epochs, initial=trainer.current_epoch, desc="iterations", unit="it", dynamic_ncols=True
-        )
+        self.bar.n = trainer.current_epoch  # a resumed run continues from its checkpoint's iteration
+        self.bar.refresh()
+
+    def status(self, text: str | None) -> None:
+        """Show what a long step is doing in the bar's description (None: back to the plain bar)."""
+        if self.bar is not None:
+            self.bar.set_description(f"iterations ({text})" if text else "iterations")
 
     @rank_zero_only
     def on_train_epoch_end(self, trainer, module):
+        self._show_metrics(trainer)
+        self.bar.update(1)
+
+    def _show_metrics(self, trainer) -> None:
         logger = next(c for c in trainer.callbacks if isinstance(c, IterationLogger))
         last = logger.history[-1] if logger.history else {}
         postfix = {
@@ -127,11 +145,11 @@ class IterationProgressBar(L.Callback):
         if validation and validation.results:
             postfix["val"] = f"{validation.results[max(validation.results)].get('val/success', 0):.2f}"
         self.bar.set_postfix(postfix)
-        self.bar.update(1)
 
     @rank_zero_only
     def on_train_end(self, trainer, module):
         if self.bar is not None:
+            self._show_metrics(trainer)  # the final validation ran after the last tick
             self.bar.close()
 
     @rank_zero_only

@@ -1,0 +1,70 @@
+"""What a `fit` prints: one line saying what runs, the progress bar, the summary. Third-party chatter that says
+nothing about this run is dropped at its source, each by its own logger and exact wording (no blanket warning
+filter), unless `fit --verbose` asks for everything."""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+
+# Lightning's rank-zero INFO lines: the device inventory, advertisements for its cloud services, and the note
+# that the last iteration ran (the summary says so).
+_LIGHTNING_CHATTER = re.compile(r"^(💡 Tip:|GPU available:|TPU available:|HPU available:|`Trainer.fit` stopped:)")
+_LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+# MLflow's store set-up ("Creating initial MLflow database tables...") and the schema migrations it runs.
+_MLFLOW_INFO_LOGGERS = ("mlflow.store.db.utils", "alembic.runtime.migration")
+# Warnings that concern Lightning's own internals or a deliberate choice of ours:
+WARNINGS = (
+    # Lightning's pytree helper on torch >= 2.10 (a deprecation inside Lightning, nothing the user can change)
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # transformers returns models in eval mode and the policy is trained so: RL wants no dropout noise between
+    # the rollout's and the update's log-probs (as in veRL), and the LMs used here have none to begin with
+    r"Found \d+ module\(s\) in eval mode at the start of training",
+)
+
+
+class _DropMatching(logging.Filter):
+    def __init__(self, pattern: re.Pattern):
+        super().__init__()
+        self.pattern = pattern
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.match(record.getMessage())
+
+
+def quiet_third_party(verbose: bool = False) -> None:
+    """Drop the chatter above (idempotent). `verbose` keeps everything."""
+    if verbose:
+        return
+    for name in _LIGHTNING_LOGGERS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropMatching) for f in log.filters):
+            log.addFilter(_DropMatching(_LIGHTNING_CHATTER))
+    for name in _MLFLOW_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for message in WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars: the tiny model loads in well under a second
+
+
+def describe_run(cfg, trainer, run_dir) -> str:
+    """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder."""
+    f = cfg.filter
+    selection = "no filter" if f.strategy == "none" else f"filter {f.strategy} {f.value:g}"
+    if cfg.model.path:
+        model = cfg.model.path
+    else:
+        model = "tiny (shipped in the package)" if cfg.model.name == "tiny" else cfg.model.name
+    device = trainer.strategy.root_device.type
+    if device == "cpu" and cfg.trainer.threads:
+        device += f", {cfg.trainer.threads} thread{'s' if cfg.trainer.threads > 1 else ''}"
+    if trainer.world_size > 1:
+        device += f", {trainer.world_size} processes"
+    r = cfg.rollout
+    return (
+        f"fit: {cfg.env.name} | {cfg.algo.name}, {selection} | model {model} | {device} | "
+        f"{cfg.trainer.iterations} iterations x {r.groups} prompts x {r.group_size} rollouts | run folder {run_dir}"
+    )

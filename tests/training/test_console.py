@@ -1,0 +1,66 @@
+"""The console of a default `fit`: one line saying what runs, the progress bar, the summary; third-party tips,
+INFO lines, deprecation warnings and weight-loading bars only with `--verbose`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHATTER = (
+    "Tip:",
+    "litlogger",
+    "GPU available",
+    "TPU available",
+    "LeafSpec",
+    "in eval mode",
+    "INFO mlflow",
+    "Loading weights",
+    "`Trainer.fit` stopped",
+)
+
+
+def _fit(tmp_path, *extra):
+    cmd = [
+        sys.executable,
+        "-m",
+        "ragen_lit",
+        "fit",
+        "--config",
+        str(ROOT / "conf" / "frozenlake.yaml"),
+        *extra,
+        "trainer.iterations=1",
+        "trainer.threads=1",
+        "rollout.groups=2",
+        "rollout.group_size=4",
+        "rollout.max_turns=2",
+        "validation.num_envs=8",
+        f"logging.output_dir={tmp_path}",
+    ]
+    tmp_path.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # Python's default filters, as a user has
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, proc.stderr
+
+
+def test_a_default_fit_prints_what_runs_the_bar_and_the_summary_and_nothing_else(tmp_path):
+    out, err = _fit(tmp_path / "quiet")
+    first = out.splitlines()[0]
+    assert first.startswith("fit: frozenlake | grpo, filter top_p 0.9 | model tiny (shipped in the package) | cpu")
+    assert "1 iterations x 2 prompts x 4 rollouts | run folder" in first
+    assert "validation success (before → after)" in out
+    assert "iterations (validating: 8 episodes)" in err  # a long step shows what it does
+    for text in CHATTER:
+        assert text not in out + err, text
+    # everything on stderr belongs to the progress bar
+    for line in err.replace("\r", "\n").splitlines():
+        assert not line.strip() or line.startswith("iterations"), line
+
+
+def test_verbose_keeps_the_third_party_lines(tmp_path):
+    out, err = _fit(tmp_path / "verbose", "--verbose")
+    assert "GPU available" in out + err
+    assert "Loading weights" in err
