@@ -84,10 +84,12 @@ class ValidationRollouts(L.Callback):
         bar = next((c for c in trainer.callbacks if isinstance(c, IterationProgressBar)), None)
         if bar is not None:
             bar.status(f"validating: {v.num_envs} episodes")
+        started = time.perf_counter()
         trajectories = trainer.datamodule.run_rollouts(module, seeds, seeds, v.temperature, seed=v.seed)
         if bar is not None:
             bar.status(None)
         metrics = dist_utils.mean_over_ranks(rollout_metrics(trajectories, prefix="val"))
+        metrics["time/validation_s"] = time.perf_counter() - started  # this rank's (rank zero's) clock
         self.results[iteration] = metrics
         _log(trainer, metrics, step=iteration)
         return metrics
