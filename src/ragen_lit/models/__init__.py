@@ -4,6 +4,7 @@ from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
     DTYPES,
     compile_layers,
+    forward_cache_keyword,
     kv_heads_and_dim,
     layer_units,
     load_policy,
@@ -15,6 +16,7 @@ __all__ = [
     "DTYPES",
     "Critic",
     "compile_layers",
+    "forward_cache_keyword",
     "kv_heads_and_dim",
     "layer_units",
     "load_critic",

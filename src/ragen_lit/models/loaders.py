@@ -5,12 +5,14 @@ decides *which folder* to load; loading is always `from_pretrained`.
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import torch
 from torch import nn
 
 from ragen_lit.errors import ConfigError
+from ragen_lit.logprobs import cache_keyword
 
 # The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
 # (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
@@ -46,6 +48,24 @@ def load_policy(path: str, dtype: str) -> nn.Module:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False
     return model
+
+
+def forward_cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword `model(...)` takes its KV cache under: `cache` from transformers 5.24, `past_key_values`
+    before (an unknown keyword is swallowed by `**kwargs`, so the name must be right). Read from the
+    model's own forward, else from its decoder's (wrappers such as PEFT pass `**kwargs` through), else
+    transformers' current name."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    try:
+        return cache_keyword(model) or "cache"
+    except ValueError:  # not a causal LM with a separate decoder
+        return "cache"
 
 
 def kv_heads_and_dim(config) -> tuple[int, int]:
