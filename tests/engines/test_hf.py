@@ -19,6 +19,9 @@ from ragen_lit.engines.hf import (
     sample_next_tokens,
 )
 
+# the engine and end-to-end paths CI also runs at the lowest declared dependency versions
+pytestmark = pytest.mark.floors
+
 VOCAB = 300
 PROMPTS = [[5, 17, 42], [7] * 9, [99], [5, 17, 42], [200, 3, 3, 81, 12], [5, 17, 42], [64, 65]]
 

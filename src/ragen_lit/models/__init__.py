@@ -3,6 +3,7 @@
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
     DTYPES,
+    TRANSFORMERS_RANGE,
     compile_layers,
     forward_cache_keyword,
     kv_heads_and_dim,
@@ -10,10 +11,12 @@ from ragen_lit.models.loaders import (
     load_policy,
     load_tokenizer,
     resolve_dtype,
+    warn_if_untested_transformers,
 )
 
 __all__ = [
     "DTYPES",
+    "TRANSFORMERS_RANGE",
     "Critic",
     "compile_layers",
     "forward_cache_keyword",
@@ -23,4 +26,5 @@ __all__ = [
     "load_policy",
     "load_tokenizer",
     "resolve_dtype",
+    "warn_if_untested_transformers",
 ]
