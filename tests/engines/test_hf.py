@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -17,6 +18,9 @@ from ragen_lit.engines.hf import (
     left_pad,
     sample_next_tokens,
 )
+
+# the engine and end-to-end paths CI also runs at the lowest declared dependency versions
+pytestmark = pytest.mark.floors
 
 VOCAB = 300
 PROMPTS = [[5, 17, 42], [7] * 9, [99], [5, 17, 42], [200, 3, 3, 81, 12], [5, 17, 42], [64, 65]]
@@ -465,3 +469,51 @@ def test_bad_prompts_and_arguments_raise(model):
     with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         engine.sync("not a model")
     assert engine.generate([], greedy()) == []
+
+
+class _PastKeyValuesModel(torch.nn.Module):
+    """`inner` as transformers before 5.24 shaped a causal LM: the KV cache comes as `past_key_values=`,
+    and an unknown keyword (such as `cache=`) disappears into `**kwargs`."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+        self.inner_keyword = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.inner.get_input_embeddings()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None, **kwargs
+    ):
+        return self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            logits_to_keep=kwargs.get("logits_to_keep", 0),
+            **{self.inner_keyword: past_key_values},
+        )
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+def test_a_model_that_takes_past_key_values_decodes_with_its_cache(model, cache):
+    # transformers 5.0-5.23 name the cache keyword `past_key_values`; an engine that passed `cache=`
+    # decoded every token after the prompt without its context (the tiny model validated at 0.000).
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=3)
+    expected = HFEngine(model, pad_token_id=0, cache=cache).generate(PROMPTS, params)
+    older = HFEngine(_PastKeyValuesModel(model), pad_token_id=0, cache=cache).generate(PROMPTS, params)
+    assert [g.token_ids for g in older] == [g.token_ids for g in expected]
+
+
+class _CacheIgnoringModel(_PastKeyValuesModel):
+    """Takes a `cache=` keyword and drops it: the inner model builds a cache of its own."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, use_cache=None, **kwargs):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+
+
+def test_a_model_that_leaves_the_cache_empty_stops_the_engine(model):
+    with pytest.raises(RuntimeError, match=r"_CacheIgnoringModel did not fill the KV cache passed as cache="):
+        HFEngine(_CacheIgnoringModel(model), pad_token_id=0).generate(PROMPTS[:2], greedy(3))

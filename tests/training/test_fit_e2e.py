@@ -16,6 +16,9 @@ import torch
 from ragen_lit.cli import fit
 from ragen_lit.config import load_config
 
+# the engine and end-to-end paths CI also runs at the lowest declared dependency versions
+pytestmark = pytest.mark.floors
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "rollout.groups=2",

@@ -23,7 +23,7 @@ from collections import OrderedDict
 import torch
 from transformers import Cache, StaticCache
 
-from ragen_lit.models import kv_heads_and_dim
+from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
 
 # Buckets: batch sizes are rounded up to a power of two (at least this), cache lengths to a multiple
 # of this many positions. Each (batch, length) pair is captured once and kept.
@@ -68,6 +68,7 @@ class DecodeSlot:
 
     def __init__(self, model: torch.nn.Module, batch_size: int, length: int, device: torch.device):
         self.model = model
+        self.cache_keyword = forward_cache_keyword(model)
         self.batch_size, self.length = batch_size, length
         dtype = next(model.parameters()).dtype
         self.mask_min = torch.finfo(dtype).min
@@ -89,9 +90,9 @@ class DecodeSlot:
             input_ids=self.input_ids,
             attention_mask=self.mask,
             position_ids=self.position_ids,
-            cache=self.cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_keyword: self.cache},
         )
         return out.logits[:, -1]
 

@@ -29,6 +29,7 @@ from transformers import Cache, DynamicCache, StaticCache
 
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
+from ragen_lit.models import forward_cache_keyword
 
 # Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
 # shape, 128 rows in groups of 16, ~250-token prompts, up to 100 new tokens, rows ending at random),
@@ -189,6 +190,7 @@ class HFEngine:
             self.model = model
             self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
             self._graph_ok = unsupported_reason(model) is None
+            self._cache_keyword = forward_cache_keyword(model)
 
     def cache_kind(self, device: torch.device) -> str:
         """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
@@ -275,10 +277,17 @@ class HFEngine:
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_keyword: cache},
         )
+        if cache.get_seq_length() == 0:
+            # A forward that does not know the keyword swallows it in **kwargs and decodes every later
+            # token without its context: text that looks like text, and a success rate of 0.
+            raise RuntimeError(
+                f"{type(self.model).__name__} did not fill the KV cache passed as {self._cache_keyword}=; "
+                "the decode loop cannot continue the prompts"
+            )
         last_logits = out.logits[:, -1]
         if copy_index is not None:
             last_logits, attention_mask = last_logits[copy_index], attention_mask[copy_index]
@@ -331,8 +340,8 @@ class HFEngine:
                 input_ids=next_ids[:, None],
                 attention_mask=attention_mask[:, : prompt_width + step + 1],
                 position_ids=next_position[:, None],
-                cache=cache,
                 use_cache=True,
+                **{self._cache_keyword: cache},
             )
             logits = out.logits[:, -1]
             next_position = next_position + 1

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ragen_lit.logprobs import decoder_inputs
-from ragen_lit.models.loaders import resolve_dtype
+from ragen_lit.models.loaders import resolve_dtype, warn_if_untested_transformers
 
 
 class Critic(nn.Module):
@@ -39,6 +39,7 @@ class Critic(nn.Module):
 def load_critic(path: str, dtype: str) -> Critic:
     from transformers import AutoModel
 
+    warn_if_untested_transformers()
     backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
     critic = Critic(backbone, backbone.config.hidden_size)
     critic.value_head.to(resolve_dtype(dtype))

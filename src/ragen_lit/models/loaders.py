@@ -5,12 +5,26 @@ decides *which folder* to load; loading is always `from_pretrained`.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
+import inspect
+import logging
+import re
 import types
 
 import torch
 from torch import nn
 
 from ragen_lit.errors import ConfigError
+from ragen_lit.logprobs import cache_keyword
+
+log = logging.getLogger(__name__)
+
+# The transformers versions CI runs the end-to-end tests under: the floor (.ci/floors_env.sh) and the
+# newest release below the ceiling (scripts/setup.sh); pyproject.toml declares exactly this range
+# (tests/models/test_loaders.py checks). Below 5.4 the fixed-shape decode has no on-device cache
+# position; from 5.24 a model takes its KV cache as `cache=`, before as `past_key_values=`.
+TRANSFORMERS_RANGE = ("5.4", "5.30")  # (lowest, first excluded), as major.minor
 
 # The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
 # (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
@@ -25,8 +39,41 @@ def resolve_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def _major_minor(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+def untested_transformers_message(installed: str) -> str | None:
+    """The one warning line for transformers `installed` outside `TRANSFORMERS_RANGE`, else None."""
+    lowest, excluded = TRANSFORMERS_RANGE
+    if _major_minor(lowest) <= _major_minor(installed) < _major_minor(excluded):
+        return None
+    return (
+        f"transformers {installed} is installed; ragen_lit is tested with transformers>={lowest},<{excluded} "
+        "(generation may go wrong without an error)"
+    )
+
+
+def installed_transformers() -> str:
+    return importlib.metadata.version("transformers")
+
+
+@functools.cache
+def warn_if_untested_transformers() -> bool:
+    """Warn once per process when the installed transformers is outside the tested range: an untested
+    version can change generation silently (under 5.17 the engine's `cache=` keyword was swallowed and
+    every token decoded without its context). Returns whether it warned."""
+    message = untested_transformers_message(installed_transformers())
+    if message is not None:
+        log.warning(message)
+    return message is not None
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
+
+    warn_if_untested_transformers()
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -40,12 +87,32 @@ def load_tokenizer(path: str):
 def load_policy(path: str, dtype: str) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
+    warn_if_untested_transformers()
+
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
     except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False
     return model
+
+
+def forward_cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword `model(...)` takes its KV cache under: `cache` from transformers 5.24, `past_key_values`
+    before (an unknown keyword is swallowed by `**kwargs`, so the name must be right). Read from the
+    model's own forward, else from its decoder's (wrappers such as PEFT pass `**kwargs` through), else
+    transformers' current name."""
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    for name in ("cache", "past_key_values"):
+        if name in parameters:
+            return name
+    try:
+        return cache_keyword(model) or "cache"
+    except ValueError:  # not a causal LM with a separate decoder
+        return "cache"
 
 
 def kv_heads_and_dim(config) -> tuple[int, int]:
