@@ -1,4 +1,14 @@
-"""Run directories, MLflow wiring and the end-of-run summary."""
+"""Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
+
+`run.json` holds the run's MLflow id, its store, the config it follows, one entry per resume (`resumes`: the
+checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
+iteration, the `trainer.iterations` it was asked for and the summary). Resume rules:
+- a changed config is refused unless `trainer.resume_allow_changes=true`; then the change is recorded (run.json's
+  `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
+  `trainer.iterations` may grow without the flag (that is how a finished run is trained further); the keys
+  that only say how this process runs (`RUNTIME_KEYS`) are not compared;
+- a finished run resumed with no more iterations says so and changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,11 @@ import time
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
+
+# how this process runs, not what the run is: never compared on resume
+RUNTIME_KEYS = ("trainer.resume", "trainer.resume_allow_changes", "trainer.threads", "trainer.timeout_minutes")
+# a resume may change them without `trainer.resume_allow_changes` (recorded all the same)
+EXTENDING_KEYS = ("trainer.iterations",)
 
 
 def default_run_name(cfg: Config) -> str:
@@ -100,12 +115,13 @@ def ensure_experiment(cfg: Config) -> None:
 
 
 def make_logger(cfg: Config, run_dir: Path, info: dict):
-    from lightning.pytorch.loggers import MLFlowLogger
     from lightning.pytorch.utilities import rank_zero_only
+
+    from ragen_lit.training.run_logger import RunLogger
 
     if rank_zero_only.rank == 0:
         ensure_experiment(cfg)
-    logger = MLFlowLogger(
+    logger = RunLogger(
         experiment_name=cfg.logging.experiment,
         run_name=default_run_name(cfg),
         tracking_uri=tracking_uri(cfg),
@@ -117,10 +133,79 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     return logger
 
 
-def write_run_info(run_dir: Path, cfg: Config, logger) -> None:
+def _plain(config: dict) -> dict:
+    """The config as run.json stores it (JSON values), so a saved and a new config compare equal."""
+    return json.loads(json.dumps(config, default=str))
+
+
+def config_changes(cfg: Config, info: dict) -> dict[str, list]:
+    """{key: [value the run follows, value given now]} for each key of run.json's config that `cfg` changes.
+    Keys the saved config lacks (fields added since) and `RUNTIME_KEYS` are not compared."""
+    saved, now = info.get("config") or {}, _plain(to_dict(cfg))
+    changes = {}
+    for section, values in now.items():
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            old = saved.get(section, {})
+            if name not in RUNTIME_KEYS and key in old and old[key] != value:
+                changes[name] = [old[key], value]
+    return changes
+
+
+def check_resume(cfg: Config, run_dir: Path, info: dict) -> dict[str, list]:
+    """The config changes of this resume (`config_changes`); raises ConfigError on a change the user did not
+    allow with `trainer.resume_allow_changes=true`."""
+    changes = config_changes(cfg, info)
+    refused = [key for key in changes if key not in EXTENDING_KEYS]
+    if refused and not cfg.trainer.resume_allow_changes:
+        key, (old, new) = refused[0], changes[refused[0]]
+        more = f" (also changed: {', '.join(refused[1:])})" if len(refused) > 1 else ""
+        raise ConfigError(
+            f"trainer.resume: {key}={new!r} but run {run_dir.name} was trained with {key}={old!r}{more}; "
+            "resume with the run's config, or pass trainer.resume_allow_changes=true to change it (recorded)"
+        )
+    return changes
+
+
+def finished_run(cfg: Config, info: dict) -> dict | None:
+    """run.json's `finished` record when the run ended and `cfg` asks for no more iterations than it was given."""
+    finished = info.get("finished")
+    if finished and cfg.trainer.iterations <= finished["iterations"]:
+        return finished
+    return None
+
+
+def finished_message(run_dir: Path, finished: dict) -> str:
+    """What a resume of a finished run prints: that it changed nothing, and the run's summary."""
+    return (
+        f"run {run_dir.name} already finished at iteration {finished['iteration']} "
+        f"(trainer.iterations={finished['iterations']}); nothing was trained or changed "
+        "(raise trainer.iterations to train it further)\n\n"
+        + format_summary(finished["summary"], f"ragen_lit run {run_dir.name}")
+    )
+
+
+def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: str | None, changes: dict) -> None:
+    """run.json of a new run, or of a resumed one: the config it follows now, one more `resumes` entry (with
+    `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = {"mlflow_run_id": logger.run_id, "tracking_uri": tracking_uri(cfg), "config": to_dict(cfg)}
-    (run_dir / "run.json").write_text(json.dumps(info, indent=2, default=str))
+    record = {k: v for k, v in info.items() if k != "finished"}
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=tracking_uri(cfg), config=_plain(to_dict(cfg)))
+    if ckpt_path is not None:
+        resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
+        record["resumes"] = [*info.get("resumes", []), resume]
+        for key, (old, new) in changes.items():
+            logger.experiment.set_tag(logger.run_id, f"config_change/{key}", f"{old!r} -> {new!r}")
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2, default=str))
+
+
+def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> None:
+    """Add `finished` to run.json: a resume asking for no more iterations then only says so (`finished_run`)."""
+    path = run_dir / "run.json"
+    record = json.loads(path.read_text())
+    iteration = int(summary.get("iterations", 0))
+    record["finished"] = {"iteration": iteration, "iterations": cfg.trainer.iterations, "summary": summary}
+    path.write_text(json.dumps(record, indent=2, default=str))
 
 
 def summarize(history: list[dict], validation: dict[int, dict], wall_s: float) -> dict[str, float]:
