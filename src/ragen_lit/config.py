@@ -273,7 +273,7 @@ class TrainerConfig:
     unless trainer.iterations grows)"""
     resume_allow_changes: bool = False
     """resume even where the config differs from the run's (run.json); the changes are recorded in run.json and as
-    MLflow tags. Without it such a resume is refused (trainer.iterations may always grow)"""
+    MLflow tags. Without it such a resume is refused (trainer.iterations may change: raise it to train a run further)"""
     threads: int = checked(0, ge=0)
     """torch CPU threads (0 = torch default)"""
     timeout_minutes: int = checked(30, ge=1)

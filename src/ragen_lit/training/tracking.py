@@ -5,7 +5,7 @@ checkpoint, the time and the config keys the resume changed) and, once `fit` has
 iteration, the `trainer.iterations` it was asked for and the summary). Resume rules:
 - a changed config is refused unless `trainer.resume_allow_changes=true`; then the change is recorded (run.json's
   `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
-  `trainer.iterations` may grow without the flag (that is how a finished run is trained further); the keys
+  `trainer.iterations` may change without the flag (raising it is how a finished run is trained further); the keys
   that only say how this process runs (`RUNTIME_KEYS`) are not compared;
 - a finished run resumed with no more iterations says so and changes nothing.
 """
@@ -13,6 +13,7 @@ iteration, the `trainer.iterations` it was asked for and the summary). Resume ru
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -196,7 +197,7 @@ def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: st
         record["resumes"] = [*info.get("resumes", []), resume]
         for key, (old, new) in changes.items():
             logger.experiment.set_tag(logger.run_id, f"config_change/{key}", f"{old!r} -> {new!r}")
-    (run_dir / "run.json").write_text(json.dumps(record, indent=2, default=str))
+    _write_json(run_dir / "run.json", record)
 
 
 def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> None:
@@ -205,7 +206,14 @@ def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> No
     record = json.loads(path.read_text())
     iteration = int(summary.get("iterations", 0))
     record["finished"] = {"iteration": iteration, "iterations": cfg.trainer.iterations, "summary": summary}
-    path.write_text(json.dumps(record, indent=2, default=str))
+    _write_json(path, record)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    """Replace `path` at once: a kill mid-write, or a rank reading it meanwhile, never meets half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2, default=str))
+    os.replace(partial, path)
 
 
 def summarize(history: list[dict], validation: dict[int, dict], wall_s: float) -> dict[str, float]:
