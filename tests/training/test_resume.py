@@ -47,7 +47,8 @@ def _saved(cfg) -> dict:
 def test_only_the_runs_own_keys_count_as_changes_and_a_change_needs_the_flag(tmp_path):
     run = load_config(None, ["rollout.groups=4"])
     info = _saved(run)
-    same = load_config(None, ["rollout.groups=4", "trainer.resume=last", "trainer.threads=3", "trainer.iterations=40"])
+    runtime = ["trainer.resume=last", "trainer.threads=3", "trainer.checkpoint_every=7", "logging.save_rollouts=true"]
+    same = load_config(None, ["rollout.groups=4", "trainer.iterations=40", *runtime])
     assert config_changes(same, info) == {"trainer.iterations": [20, 40]}
     assert check_resume(same, tmp_path, info) == {"trainer.iterations": [20, 40]}  # growing a run needs no flag
     changed = load_config(None, ["rollout.groups=8", "trainer.resume=last"])

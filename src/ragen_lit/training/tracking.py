@@ -7,7 +7,7 @@ iteration, the `trainer.iterations` it was asked for and the summary). Resume ru
   `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
   `trainer.iterations` may change without the flag (raising it is how a finished run is trained further); the keys
   that only say how this process runs (`RUNTIME_KEYS`) are not compared;
-- a finished run resumed with no more iterations says so and changes nothing.
+- a run resumed when it has already trained `trainer.iterations` iterations says so and changes nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +19,15 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
 
-# how this process runs, not what the run is: never compared on resume
-RUNTIME_KEYS = ("trainer.resume", "trainer.resume_allow_changes", "trainer.threads", "trainer.timeout_minutes")
+# how this process runs and what it keeps on disk, not what the run computes: never compared on resume
+RUNTIME_KEYS = (
+    "trainer.resume",
+    "trainer.resume_allow_changes",
+    "trainer.threads",
+    "trainer.timeout_minutes",
+    "trainer.checkpoint_every",
+    "logging.save_rollouts",
+)
 # a resume may change them without `trainer.resume_allow_changes` (recorded all the same)
 EXTENDING_KEYS = ("trainer.iterations",)
 
@@ -169,9 +176,10 @@ def check_resume(cfg: Config, run_dir: Path, info: dict) -> dict[str, list]:
 
 
 def finished_run(cfg: Config, info: dict) -> dict | None:
-    """run.json's `finished` record when the run ended and `cfg` asks for no more iterations than it was given."""
+    """run.json's `finished` record when the run ended at or past the `trainer.iterations` asked for now. A run a
+    stop rule ended early (empty filter, collapse alarm) resumes: its restored state decides whether it stops again."""
     finished = info.get("finished")
-    if finished and cfg.trainer.iterations <= finished["iterations"]:
+    if finished and finished["iteration"] >= cfg.trainer.iterations:
         return finished
     return None
 
@@ -201,7 +209,7 @@ def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: st
 
 
 def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> None:
-    """Add `finished` to run.json: a resume asking for no more iterations then only says so (`finished_run`)."""
+    """Add `finished` to run.json: a resume asking for no more iterations than it trained only says so."""
     path = run_dir / "run.json"
     record = json.loads(path.read_text())
     iteration = int(summary.get("iterations", 0))
