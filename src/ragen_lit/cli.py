@@ -26,7 +26,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.training.tracking import resolve_run_dir
+    from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
     started = time.perf_counter()
     quiet_third_party(verbose)
@@ -34,6 +34,11 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
+    changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
+    finished = finished_run(cfg, info) if ckpt_path else None
+    if finished:
+        print(finished_message(run_dir, finished))
+        return finished["summary"]
     # ranks launched by Lightning re-run this command: they must share rank 0's run folder
     inherited = os.environ.get(_RUN_DIR_ENV)
     if inherited:
@@ -41,13 +46,15 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     else:
         os.environ[_RUN_DIR_ENV] = str(run_dir)
     try:
-        return _fit(cfg, run_dir, ckpt_path, info, started)
+        return _fit(cfg, run_dir, ckpt_path, info, changes, started)
     finally:
         if not inherited:
             os.environ.pop(_RUN_DIR_ENV, None)
 
 
-def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started: float) -> dict[str, float]:
+def _fit(
+    cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float
+) -> dict[str, float]:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
@@ -59,7 +66,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
-    from ragen_lit.training.tracking import format_summary, make_logger, summarize, write_run_info
+    from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
     module = AgentRLModule(cfg)
@@ -68,8 +75,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     if rank_zero_only.rank == 0:
         if not info:
             logger.log_hyperparams({"model.resolved_path": module.model_path})
-        write_run_info(run_dir, cfg, logger)
-    iteration_logger, validation = IterationLogger(), ValidationRollouts()
+        write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
+    iteration_logger, validation = IterationLogger(started), ValidationRollouts()
     run_figures = RunFigures(iteration_logger, validation)
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / "checkpoints",
@@ -109,10 +116,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, started:
     if trainer.is_global_zero:
         print(describe_run(cfg, trainer, run_dir), flush=True)
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    summary = summarize(iteration_logger.history, validation.results, time.perf_counter() - started)
+    # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
+    summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
     if trainer.is_global_zero:
         logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
         logger.experiment.log_dict(logger.run_id, summary, "summary.json")
+        record_finished(run_dir, cfg, summary)
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
         print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
     return summary

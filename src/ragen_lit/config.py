@@ -283,7 +283,11 @@ class TrainerConfig:
     checkpoint_every: int = checked(5, ge=1)
     """save a checkpoint every n iterations (and the last)"""
     resume: str | None = None
-    """checkpoint path or 'last' to continue a run"""
+    """checkpoint path or 'last' to continue a run (in its folder and MLflow run; a finished run is left as it is
+    unless trainer.iterations grows)"""
+    resume_allow_changes: bool = False
+    """resume even where the config differs from the run's (run.json); the changes are recorded in run.json and as
+    MLflow tags. Without it such a resume is refused (trainer.iterations may change: raise it to train a run further)"""
     threads: int = checked(0, ge=0)
     """torch CPU threads (0 = torch default)"""
     timeout_minutes: int = checked(30, ge=1)

@@ -1,10 +1,11 @@
-"""`IterationLogger`'s empty-filter stop rule: the streak is the callback's own state and survives a resume."""
+"""`IterationLogger`'s empty-filter stop rule and what the callbacks keep across a resume: the streak, the history,
+the wall time and the validation results are their own checkpointed state."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ragen_lit.training.callbacks import IterationLogger
+from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
 
 
 def _iteration(logger: IterationLogger, empty: bool, epoch: int, limit: int = 3):
@@ -43,3 +44,26 @@ def test_a_checkpoint_from_before_the_move_keeps_its_streak():
     assert logger.empty_streak == 2
     logger.on_load_checkpoint(None, None, {})  # nothing there: unchanged
     assert logger.empty_streak == 2
+
+
+def test_a_resumed_logger_keeps_the_whole_runs_history_and_wall_time():
+    first = IterationLogger(started=0.0)
+    _iteration(first, False, 0)
+    _iteration(first, True, 1)
+    resumed = IterationLogger()
+    resumed.load_state_dict(first.state_dict())
+    _iteration(resumed, False, 2)
+    assert [h["iteration"] for h in resumed.history] == [1, 2, 3]
+    assert resumed.wall_s() >= first.state_dict()["wall_s"]  # the earlier process's time is counted
+
+
+def test_a_resumed_validation_adds_no_point_at_train_start():
+    cfg = SimpleNamespace(validation=SimpleNamespace(num_envs=2, every_n_iterations=5))
+    first = ValidationRollouts()
+    first.results = {0: {"val/success": 0.25}}
+    resumed = ValidationRollouts()
+    resumed.load_state_dict(first.state_dict())
+    trainer = SimpleNamespace(current_epoch=3, datamodule=None, loggers=[])  # any rollout would fail on it
+    resumed.on_train_start(trainer, SimpleNamespace(cfg=cfg))
+    assert resumed.results == {0: {"val/success": 0.25}}
+    assert resumed.run(trainer, SimpleNamespace(cfg=cfg), 0) == {"val/success": 0.25}  # kept, not redone

@@ -1,30 +1,31 @@
-"""A real kill and resume: `python -m ragen_lit fit` is SIGKILLed once iteration 2's checkpoint is on disk, resumed
-with `trainer.resume=last` to iteration 3, and its MI EMA (`collapse/first_turn/mi_zscore_ema`, whose state lives in
-the checkpoint) matches an uninterrupted 3-iteration run of the same config and seed."""
+"""Real kills and resumes: `fit` is SIGKILLed at one moment of a 4-iteration run that checkpoints every 2 iterations
+(during the rollouts, during the update, between an iteration's training and validation metrics, right after a
+checkpoint, right after the last one), then resumed with `trainer.resume=last`. The resumed MLflow run holds every
+(key, step) row of an uninterrupted run of the same config and seed exactly once, with the same values (timings
+aside): the MI EMA, whose state lives in the checkpoint, the validation points (none added by the resume) and
+the end-of-run summary over all 4 iterations included."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import subprocess
 import sys
-import time
+from collections import Counter
 from pathlib import Path
 
-import mlflow
 import pytest
-import torch
+from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[2]
 EMA = "collapse/first_turn/mi_zscore_ema"
+ITERATIONS = 4
 
 
-def _command(output_dir: Path, model_dir, *extra) -> list[str]:
+def _args(output_dir: Path, model_dir, *extra) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "ragen_lit",
         "fit",
         "--config",
         str(ROOT / "conf" / "frozenlake.yaml"),
@@ -32,71 +33,80 @@ def _command(output_dir: Path, model_dir, *extra) -> list[str]:
         f"logging.output_dir={output_dir}",
         "rollout.groups=2",
         "rollout.group_size=4",
-        "rollout.max_new_tokens=48",
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=32",
+        "filter.strategy=none",  # every iteration updates (Lightning skips a checkpoint after no optimizer step)
+        "validation.num_envs=2",
+        "validation.every_n_iterations=1",
+        "diagnostics.every_n_iterations=1",
         "diagnostics.num_samples=8",
         "optim.num_minibatches=2",
         "optim.micro_batch_size=4",
         "trainer.threads=1",
-        "trainer.iterations=3",
-        "trainer.checkpoint_every=1",
-        "diagnostics.every_n_iterations=1",
-        # validation on 64 maps every iteration makes each iteration last a second or more even on a fast, idle
-        # machine, so the kill lands between iteration 2's checkpoint and the end of iteration 3
-        "validation.num_envs=64",
-        "validation.every_n_iterations=1",
-        "rollout.max_turns=1",
+        f"trainer.iterations={ITERATIONS}",
+        "trainer.checkpoint_every=2",
         *extra,
     ]
 
 
-def _history(output_dir: Path, key: str) -> dict[int, float]:
-    mlflow.set_tracking_uri(f"sqlite:///{output_dir / 'mlruns.db'}")
-    (run_id,) = mlflow.search_runs(experiment_names=["ragen_lit"])["run_id"]
-    return {m.step: m.value for m in mlflow.tracking.MlflowClient().get_metric_history(run_id, key)}
+def _run(command: list[str], log: Path) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as out:
+        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=600).returncode
 
 
-def _checkpoint_epoch(path: Path) -> int | None:
-    """The epoch a complete checkpoint file holds; None while it is missing or still being written."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=False)["epoch"])
-    except Exception:
-        return None
+def _rows(output_dir: Path) -> list[tuple[str, int, float]]:
+    """Every metric row of the one run in `output_dir`'s store: (key, step, value), duplicates included."""
+    client = MlflowClient(tracking_uri=f"sqlite:///{output_dir / 'mlruns.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("ragen_lit").experiment_id])
+    return [(key, m.step, m.value) for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _timing(key: str) -> bool:
+    return key.startswith("time/") or key == "summary/wall_time_s"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_model_dir) -> dict[tuple[str, int], float]:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    code = _run([sys.executable, "-m", "ragen_lit", *_args(out, tiny_model_dir)], out / "fit.log")
+    assert code == 0, (out / "fit.log").read_text()[-3000:]
+    return {(key, step): value for key, step, value in _rows(out)}
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_restores_the_mi_ema(tmp_path, tiny_model_dir):
-    whole_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
-    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("whole", "killed", "resumed")}
-    # both runs at once (each on one thread): the uninterrupted reference and the one to kill
-    whole = subprocess.Popen(_command(whole_dir, tiny_model_dir), stdout=logs["whole"], stderr=subprocess.STDOUT)
-    killed = subprocess.Popen(_command(killed_dir, tiny_model_dir), stdout=logs["killed"], stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            assert killed.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint of iteration 2 within 10 minutes"
-            checkpoints = list(killed_dir.glob("frozenlake-*/checkpoints"))
-            # iteration 2 is epoch 1: its own file is complete and last.ckpt is (a complete copy of) it
-            if checkpoints and any(_checkpoint_epoch(p) == 1 for p in checkpoints[0].glob("iter-*0001.ckpt")):
-                if _checkpoint_epoch(checkpoints[0] / "last.ckpt") == 1:
-                    break
-            time.sleep(0.05)
-        os.kill(killed.pid, signal.SIGKILL)
-        assert killed.wait(timeout=60) == -signal.SIGKILL
-    finally:
-        if killed.poll() is None:
-            killed.kill()
-    assert not list(killed_dir.glob("frozenlake-*/checkpoints/iter-*0002.ckpt"))  # killed before iteration 3
-    assert sorted(_history(killed_dir, EMA)) == [1, 2]
+@pytest.mark.parametrize(
+    ("point", "iteration"),
+    [("rollout", 4), ("update", 3), ("validation", 3), ("checkpoint", 2), ("checkpoint", 4)],
+)
+def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_runs_metrics(
+    tmp_path, tiny_model_dir, uninterrupted, point, iteration
+):
+    out = tmp_path / "run"
+    killer = [sys.executable, str(ROOT / "tests" / "training" / "kill_fit.py"), point, str(iteration)]
+    killed = _run([*killer, *_args(out, tiny_model_dir)], tmp_path / "killed.log")
+    assert killed == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    resume = [sys.executable, "-m", "ragen_lit", *_args(out, tiny_model_dir, "trainer.resume=last")]
+    resumed = _run(resume, tmp_path / "resumed.log")
+    assert resumed == 0, (tmp_path / "resumed.log").read_text()[-3000:]
 
-    resumed = subprocess.run(
-        _command(killed_dir, tiny_model_dir, "trainer.resume=last"), stdout=logs["resumed"], stderr=subprocess.STDOUT
-    )
-    assert resumed.returncode == 0, (tmp_path / "resumed.log").read_text()[-3000:]
-    assert whole.wait(timeout=900) == 0, (tmp_path / "whole.log").read_text()[-3000:]
-
-    reference, resumed_ema = _history(whole_dir, EMA), _history(killed_dir, EMA)
-    assert sorted(reference) == sorted(resumed_ema) == [1, 2, 3]  # one MLflow run, continued at iteration 3
-    for step in (1, 2, 3):
-        assert math.isfinite(reference[step])
-        assert resumed_ema[step] == pytest.approx(reference[step], rel=1e-5, abs=1e-6), (step, reference, resumed_ema)
+    rows = _rows(out)
+    doubled = [row for row, n in Counter((key, step) for key, step, _ in rows).items() if n > 1]
+    assert not doubled, doubled
+    logged = {(key, step): value for key, step, value in rows}
+    assert logged.keys() == uninterrupted.keys()  # nothing missing, no extra validation point
+    assert sorted(step for key, step in logged if key == "val/success") == list(range(ITERATIONS + 1))
+    differ = {
+        row: (value, uninterrupted[row])
+        for row, value in logged.items()
+        if not _timing(row[0]) and not _same(value, uninterrupted[row])
+    }
+    assert not differ, differ
+    assert all(math.isfinite(logged[(EMA, step)]) for step in range(1, ITERATIONS + 1))
+    assert logged[("summary/iterations", ITERATIONS)] == ITERATIONS
+    (run_json,) = out.glob("frozenlake-*/run.json")
+    assert json.loads(run_json.read_text())["finished"]["iteration"] == ITERATIONS

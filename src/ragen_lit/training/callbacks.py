@@ -21,22 +21,33 @@ def _log(trainer, metrics: dict[str, float], step: int) -> None:
 class IterationLogger(L.Callback):
     """At the end of every iteration: rollout, filter, diagnostics, update and timing metrics, logged
     with the iteration as step; also enforces `filter.empty_stop_steps`, counting the iterations in a row
-    whose filter kept nothing in `empty_streak` (checkpointed with this callback, so resume continues it)."""
+    whose filter kept nothing in `empty_streak`. The metrics of every iteration so far (`history`), the streak
+    and the run's wall time are checkpointed with this callback, so a resumed run's summary and figures cover
+    the whole run and its streak goes on.
 
-    def __init__(self):
+    `started`: when this process began the run (`time.perf_counter()`); `wall_s()` adds the wall time the run
+    had spent up to the checkpoint it resumed from (work redone after a kill is counted once)."""
+
+    def __init__(self, started: float | None = None):
         self.history: list[dict[str, float]] = []
         self.empty_streak = 0
-        self._started = 0.0
+        self.started = time.perf_counter() if started is None else started
+        self.earlier_wall_s = 0.0
+        self._epoch_started = 0.0
+
+    def wall_s(self) -> float:
+        """Wall seconds of the whole run: this process's so far plus the earlier processes' up to the checkpoint."""
+        return self.earlier_wall_s + time.perf_counter() - self.started
 
     def on_train_epoch_start(self, trainer, module):
-        self._started = time.perf_counter()
+        self._epoch_started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, module):
         data = trainer.datamodule
         metrics = dict(data.iteration_metrics)
         metrics.update(module.pop_step_stats())
         metrics = dist_utils.mean_over_ranks(metrics)
-        metrics["time/update_s"] = time.perf_counter() - self._started
+        metrics["time/update_s"] = time.perf_counter() - self._epoch_started
         metrics["time/iteration_s"] = metrics["time/update_s"] + sum(
             metrics.get(k, 0.0) for k in ("time/generation_s", "time/diagnostics_s", "time/prepare_s")
         )
@@ -57,10 +68,13 @@ class IterationLogger(L.Callback):
             self.empty_streak = 0
 
     def state_dict(self):
-        return {"empty_streak": self.empty_streak}
+        return {"empty_streak": self.empty_streak, "history": self.history, "wall_s": self.wall_s()}
 
     def load_state_dict(self, state_dict):
         self.empty_streak = int(state_dict.get("empty_streak", 0))
+        # checkpoints written before the history was kept hold none: the summary then starts at the resume
+        self.history = [dict(h) for h in state_dict.get("history", [])]
+        self.earlier_wall_s = float(state_dict.get("wall_s", 0.0))
 
     def on_load_checkpoint(self, trainer, module, checkpoint):
         # checkpoints written before the streak moved here kept it beside the module's state
@@ -70,7 +84,8 @@ class IterationLogger(L.Callback):
 
 class ValidationRollouts(L.Callback):
     """Rollouts on the fixed validation seeds at the validation temperature: before the first update,
-    every `validation.every_n_iterations`, and at the end."""
+    every `validation.every_n_iterations`, and at the end. The results are checkpointed with this callback: a
+    resumed run neither validates again nor adds a point where the run it continues did not validate."""
 
     def __init__(self):
         self.results: dict[int, dict[str, float]] = {}
@@ -95,8 +110,9 @@ class ValidationRollouts(L.Callback):
         return metrics
 
     def on_train_start(self, trainer, module):
-        if module.cfg.validation.num_envs:
-            self.run(trainer, module, trainer.current_epoch)
+        # a resumed run starts past iteration 0: its "before the first update" point is in the restored results
+        if module.cfg.validation.num_envs and trainer.current_epoch == 0:
+            self.run(trainer, module, 0)
 
     def on_train_epoch_end(self, trainer, module):
         every = module.cfg.validation.every_n_iterations
@@ -107,6 +123,12 @@ class ValidationRollouts(L.Callback):
     def on_train_end(self, trainer, module):
         if module.cfg.validation.num_envs:
             self.run(trainer, module, trainer.current_epoch)
+
+    def state_dict(self):
+        return {"results": self.results}
+
+    def load_state_dict(self, state_dict):
+        self.results = {int(it): dict(metrics) for it, metrics in state_dict.get("results", {}).items()}
 
 
 class IterationProgressBar(L.Callback):

@@ -3,8 +3,7 @@
 The numbers come from what the callbacks kept in memory (`IterationLogger.history`, `ValidationRollouts.results`),
 the drawing from `ragen_lit.figures`, the same pictures `compare` draws for many runs. A figure whose metrics the
 run did not log is skipped, and a figure that fails to draw only warns: pictures never fail a training run.
-The history is not checkpointed, so after a resume the figures cover the resumed iterations (and replace the
-earlier run's files).
+Both are checkpointed, so after a resume the figures cover the whole run (and replace the earlier files).
 """
 
 from __future__ import annotations

@@ -1,8 +1,19 @@
-"""Run directories, MLflow wiring and the end-of-run summary."""
+"""Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
+
+`run.json` holds the run's MLflow id, its store, the config it follows, one entry per resume (`resumes`: the
+checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
+iteration, the `trainer.iterations` it was asked for and the summary). Resume rules:
+- a changed config is refused unless `trainer.resume_allow_changes=true`; then the change is recorded (run.json's
+  `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
+  `trainer.iterations` may change without the flag (raising it is how a finished run is trained further); the keys
+  that only say how this process runs (`RUNTIME_KEYS`) are not compared;
+- a run resumed when it has already trained `trainer.iterations` iterations says so and changes nothing.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +22,17 @@ from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
 
 STORE_NAME = "mlruns.db"
 """The default MLflow store: an sqlite file in `logging.output_dir`."""
+# how this process runs and what it keeps on disk, not what the run computes: never compared on resume
+RUNTIME_KEYS = (
+    "trainer.resume",
+    "trainer.resume_allow_changes",
+    "trainer.threads",
+    "trainer.timeout_minutes",
+    "trainer.checkpoint_every",
+    "logging.save_rollouts",
+)
+# a resume may change them without `trainer.resume_allow_changes` (recorded all the same)
+EXTENDING_KEYS = ("trainer.iterations",)
 
 
 def default_run_name(cfg: Config) -> str:
@@ -99,12 +121,13 @@ def ensure_experiment(cfg: Config) -> None:
 
 
 def make_logger(cfg: Config, run_dir: Path, info: dict):
-    from lightning.pytorch.loggers import MLFlowLogger
     from lightning.pytorch.utilities import rank_zero_only
+
+    from ragen_lit.training.run_logger import RunLogger
 
     if rank_zero_only.rank == 0:
         ensure_experiment(cfg)
-    logger = MLFlowLogger(
+    logger = RunLogger(
         experiment_name=cfg.logging.experiment,
         run_name=default_run_name(cfg),
         tracking_uri=tracking_uri(cfg),
@@ -116,10 +139,87 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     return logger
 
 
-def write_run_info(run_dir: Path, cfg: Config, logger) -> None:
+def _plain(config: dict) -> dict:
+    """The config as run.json stores it (JSON values), so a saved and a new config compare equal."""
+    return json.loads(json.dumps(config, default=str))
+
+
+def config_changes(cfg: Config, info: dict) -> dict[str, list]:
+    """{key: [value the run follows, value given now]} for each key of run.json's config that `cfg` changes.
+    Keys the saved config lacks (fields added since) and `RUNTIME_KEYS` are not compared."""
+    saved, now = info.get("config") or {}, _plain(to_dict(cfg))
+    changes = {}
+    for section, values in now.items():
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            old = saved.get(section, {})
+            if name not in RUNTIME_KEYS and key in old and old[key] != value:
+                changes[name] = [old[key], value]
+    return changes
+
+
+def check_resume(cfg: Config, run_dir: Path, info: dict) -> dict[str, list]:
+    """The config changes of this resume (`config_changes`); raises ConfigError on a change the user did not
+    allow with `trainer.resume_allow_changes=true`."""
+    changes = config_changes(cfg, info)
+    refused = [key for key in changes if key not in EXTENDING_KEYS]
+    if refused and not cfg.trainer.resume_allow_changes:
+        key, (old, new) = refused[0], changes[refused[0]]
+        more = f" (also changed: {', '.join(refused[1:])})" if len(refused) > 1 else ""
+        raise ConfigError(
+            f"trainer.resume: {key}={new!r} but run {run_dir.name} was trained with {key}={old!r}{more}; "
+            "resume with the run's config, or pass trainer.resume_allow_changes=true to change it (recorded)"
+        )
+    return changes
+
+
+def finished_run(cfg: Config, info: dict) -> dict | None:
+    """run.json's `finished` record when the run ended at or past the `trainer.iterations` asked for now. A run a
+    stop rule ended early (empty filter, collapse alarm) resumes: its restored state decides whether it stops again."""
+    finished = info.get("finished")
+    if finished and finished["iteration"] >= cfg.trainer.iterations:
+        return finished
+    return None
+
+
+def finished_message(run_dir: Path, finished: dict) -> str:
+    """What a resume of a finished run prints: that it changed nothing, and the run's summary."""
+    return (
+        f"run {run_dir.name} already finished at iteration {finished['iteration']} "
+        f"(trainer.iterations={finished['iterations']}); nothing was trained or changed "
+        "(raise trainer.iterations to train it further)\n\n"
+        + format_summary(finished["summary"], f"ragen_lit run {run_dir.name}")
+    )
+
+
+def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: str | None, changes: dict) -> None:
+    """run.json of a new run, or of a resumed one: the config it follows now, one more `resumes` entry (with
+    `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = {"mlflow_run_id": logger.run_id, "tracking_uri": tracking_uri(cfg), "config": to_dict(cfg)}
-    (run_dir / "run.json").write_text(json.dumps(info, indent=2, default=str))
+    record = {k: v for k, v in info.items() if k != "finished"}
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=tracking_uri(cfg), config=_plain(to_dict(cfg)))
+    if ckpt_path is not None:
+        resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
+        record["resumes"] = [*info.get("resumes", []), resume]
+        for key, (old, new) in changes.items():
+            logger.experiment.set_tag(logger.run_id, f"config_change/{key}", f"{old!r} -> {new!r}")
+    _write_json(run_dir / "run.json", record)
+
+
+def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> None:
+    """Add `finished` to run.json: a resume asking for no more iterations than it trained only says so."""
+    path = run_dir / "run.json"
+    record = json.loads(path.read_text())
+    iteration = int(summary.get("iterations", 0))
+    record["finished"] = {"iteration": iteration, "iterations": cfg.trainer.iterations, "summary": summary}
+    _write_json(path, record)
+
+
+def _write_json(path: Path, record: dict) -> None:
+    """Replace `path` at once: a kill mid-write, or a rank reading it meanwhile, never meets half a file."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2, default=str))
+    os.replace(partial, path)
 
 
 def summarize(history: list[dict], validation: dict[int, dict], wall_s: float) -> dict[str, float]:
