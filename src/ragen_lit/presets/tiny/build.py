@@ -51,13 +51,16 @@ from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.agent.trajectory import Trajectory
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
-from ragen_lit.envs import ENV_CLASSES, make_env
+from ragen_lit.envs import make_env
 from ragen_lit.presets.cache import default_cache_dir, discard_folder
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
 FOLDER_NAME = "tiny-v1"
+# The envs whose expert episodes the tokenizer and the SFT see: the four the shipped model was built with. An env
+# added later does not change the build (the shipped folder stays what this builder makes).
+TINY_ENVS = ("countdown", "frozenlake", "mathqa", "sokoban")
 BUILD_INFO = "tiny_build.json"
 # Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
 CORPUS_SEED = 5_000_000
@@ -164,7 +167,7 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
         lake = expert_episodes(expert, chat, "frozenlake", SFT_SEED, recipe.sft_episodes)
         others = [
             t
-            for name in sorted(ENV_CLASSES)
+            for name in TINY_ENVS
             if name != "frozenlake"
             for t in expert_episodes(expert, chat, name, SFT_SEED, recipe.other_env_episodes)
         ]
@@ -229,7 +232,7 @@ def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
     chat = ChatFormat(tokenizer)
     expert = ExpertEngine(tokenizer, epsilon=0.3, seed=recipe.seed)
     texts = []
-    for name in sorted(ENV_CLASSES):
+    for name in TINY_ENVS:
         count = recipe.corpus_episodes if name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
         for trajectory in expert_episodes(expert, chat, name, CORPUS_SEED, count, max_new_tokens=1024):
             texts.append(tokenizer.decode(trajectory.token_ids, skip_special_tokens=False))
