@@ -40,7 +40,7 @@ def _kill_around(owner, name: str, when) -> None:
 
 def main(point: str, iteration: int, argv: list[str]) -> int:
     if point == "rollout":
-        _kill_around(RolloutDataModule, "train_seeds", lambda self, it: "before" if it + 1 == iteration else None)
+        _kill_around(RolloutDataModule, "train_seeds", lambda self, it, *_: "before" if it + 1 == iteration else None)
     elif point == "update":
         _kill_around(
             AgentRLModule,
