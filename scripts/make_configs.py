@@ -50,11 +50,13 @@ RECIPES = {
         ["env.name=sokoban", "env.options={size: 6, num_boxes: 1}", *TINY_CPU],
     ),
     "countdown": (
-        "Countdown (single turn: one arithmetic expression), GRPO + SNR-aware filtering",
+        "Countdown (single turn: one arithmetic expression; generated instances, or Countdown-Tasks records with "
+        "env.options.path=FILE.jsonl/.parquet), GRPO + SNR-aware filtering",
         ["env.name=countdown", "rollout.max_turns=1", "rollout.max_actions_per_turn=1", *TINY_CPU],
     ),
     "metamathqa": (
-        "MetaMathQA-style QA (single turn; bundled synthetic set, or env.options.path=FILE.jsonl/.parquet)",
+        "MetaMathQA-style QA (single turn; bundled synthetic set, or MetaMathQA records with "
+        "env.options.path=FILE.jsonl/.json/.parquet)",
         ["env.name=mathqa", "rollout.max_turns=1", "rollout.max_actions_per_turn=1", *TINY_CPU],
     ),
 }

@@ -213,3 +213,20 @@ def test_env_name_doc_lists_every_registered_env():
 
     doc = field_docs(EnvConfig)["name"]
     assert sorted(doc.removeprefix("environment: ").split(" | ")) == sorted(ENV_CLASSES)
+
+
+def test_gigpo_needs_an_env_with_anchor_states():
+    for env in ("frozenlake", "sokoban"):
+        cfg = load_config(None, ["algo=gigpo", f"env.name={env}"])
+        assert cfg.algo.advantage == "gigpo" and cfg.algo.turn_level_rewards
+    for env in ("countdown", "mathqa"):
+        with pytest.raises(ConfigError) as err:
+            load_config(None, [f"env.name={env}", "algo=grpo", "algo.advantage=gigpo"])
+        message = str(err.value)
+        assert "\n" not in message
+        assert message.startswith(f"algo.advantage=gigpo needs anchor states, and env.name={env} has no state_key")
+        assert "frozenlake" in message and "sokoban" in message
+    with pytest.raises(ConfigError, match="algo.gigpo_gamma"):
+        load_config(None, ["algo=gigpo", "algo.gigpo_gamma=1.5"])
+    with pytest.raises(ConfigError, match="algo.gigpo_step_weight"):
+        load_config(None, ["algo=gigpo", "algo.gigpo_step_weight=-1"])

@@ -20,6 +20,7 @@ from typing import Any
 from ragen_lit.algos import ADVANTAGE_ESTIMATORS, KEEP_RATE_SCALINGS, KL_ESTIMATORS, LOSS_AGG_MODES, LR_DECAYS
 from ragen_lit.algos import PRESETS as ALGO_PRESETS
 from ragen_lit.engines import ENGINES, HF_CACHE_MODES
+from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
 from ragen_lit.models import DTYPES
@@ -146,15 +147,23 @@ class FilterConfig:
 @dataclass
 class AlgoConfig:
     name: str = checked("ppo", choices=tuple(ALGO_PRESETS))
-    """preset: ppo | dapo | grpo | drgrpo (sets the fields below; override field by field)"""
+    """preset: ppo | dapo | grpo | drgrpo | gigpo (sets the fields below; override field by field)"""
     advantage: str = checked("gae", choices=ADVANTAGE_ESTIMATORS)
-    """gae | bilevel_gae | grpo | drgrpo | rloo"""
+    """gae | bilevel_gae | grpo | drgrpo | rloo | gigpo"""
     gamma: float = checked(1.0, ge=0.0, le=1.0)
     """discount"""
     lam: float = checked(1.0, ge=0.0, le=1.0)
     """GAE lambda"""
     high_level_gamma: float = checked(0.95, ge=0.0, le=1.0)
     """bilevel_gae: discount across turns"""
+    gigpo_gamma: float = checked(0.95, ge=0.0, le=1.0)
+    """gigpo: discount of the step-level returns across turns (the paper's 0.95)"""
+    gigpo_episode_weight: float = checked(1.0, ge=0.0)
+    """gigpo: weight of the episode-level group advantage A^E in each turn's advantage"""
+    gigpo_step_weight: float = checked(1.0, ge=0.0)
+    """gigpo: weight omega of the step-level anchor-state advantage A^S (0 = GRPO's episode advantage alone)"""
+    gigpo_std_normalize: bool = True
+    """gigpo: divide both advantages by their group's std (false: mean-centred only, the paper's variant)"""
     whiten_advantages: bool = True
     """gae: whiten advantages over the batch"""
     clip_low: float = checked(0.2, ge=0.0, lt=1.0)
@@ -322,6 +331,7 @@ def validate(cfg: Config) -> Config:
     """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
     for section in SECTIONS:
         check_fields(getattr(cfg, section), lambda name, section=section: f"{section}.{name}")
+    _check_anchor_states(cfg)
     flt = cfg.filter
     if flt.level == "trajectory":
         # `select_trajectories` keeps the top and bottom filter.value share of every group's rollouts, the one
@@ -378,6 +388,19 @@ def validate(cfg: Config) -> Config:
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg
+
+
+def _check_anchor_states(cfg: Config) -> None:
+    """`algo.advantage=gigpo` groups steps by identical env states: the env must say what that means."""
+    if cfg.algo.advantage != "gigpo":
+        return
+    env_class = ENV_CLASSES.get(str(cfg.env.name).lower())
+    if env_class is not None and not has_state_key(env_class):
+        with_keys = ", ".join(name for name, cls in sorted(ENV_CLASSES.items()) if has_state_key(cls))
+        raise ConfigError(
+            f"algo.advantage=gigpo needs anchor states, and env.name={cfg.env.name} has no state_key to say which "
+            f"states are identical; use an env that has one ({with_keys}) or another algo.advantage"
+        )
 
 
 def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:

@@ -97,6 +97,13 @@ def test_episode_dynamics_rewards_and_success(chat):
     assert batch["token_rewards"][0].nonzero().flatten().tolist() == [last]
     assert batch["loss_mask"][0].sum() == sum(t.response_end - t.prompt_end for t in traj.turns)
     assert batch["turn_end_mask"][0].nonzero().flatten().tolist() == [t.response_end - 1 for t in traj.turns]
+    # each turn carries the state its prompt showed (GiGPO's anchor), before that turn's actions ran
+    assert [t.state_key for t in traj.turns] == [(0, 0), (0, 2), (2, 2)]
+    # collate numbers the states of the batch on the turn ends: both rollouts visit the same three cells
+    ids = batch["turn_state_ids"]
+    ends = [t.response_end - 1 for t in traj.turns]
+    assert ids[0, ends].tolist() == ids[1, ends].tolist() == [0, 1, 2]
+    assert (ids >= 0).sum() == 6 and (ids[batch["turn_end_mask"]] >= 0).all()
 
 
 def test_format_penalty_and_invalid_actions(chat):

@@ -6,10 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragen_lit.algos import (
+    anchored_step_fraction,
     bilevel_gae,
     broadcast_to_tokens,
     estimate_advantages,
     gae,
+    gigpo_advantages,
     group_normalized_advantages,
     rloo_advantages,
     scale_by_keep_rate,
@@ -238,6 +240,113 @@ def test_scale_by_keep_rate():
         scale_by_keep_rate(adv, 1.5, "linear")
 
 
+# ---------------------------------------------------------------- GiGPO
+# Three rollouts, T = 5 positions, γ = 0.5. Rows 0 and 1 are episode group 0, row 2 is group 1 alone.
+#   row 0: turn 0 (tokens 1-2) in state 0, reward 0; turn 1 (token 4) in state 1, reward 1 -> R = 1
+#   row 1: turn 0 (token 1) in state 0, reward -0.1 (format penalty); turn 1 (token 4) still in state 0,
+#          reward 0 -> R = -0.1
+#   row 2: turn 0 (token 1) in state 0 (of its own map), reward 1 -> R = 1
+_F, _T = False, True
+GIGPO_MASK = torch.tensor([[_F, _T, _T, _F, _T], [_F, _T, _F, _F, _T], [_F, _T, _F, _F, _F]])
+GIGPO_ENDS = torch.tensor([[_F, _F, _T, _F, _T], [_F, _T, _F, _F, _T], [_F, _T, _F, _F, _F]])
+GIGPO_REWARDS = t([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, -0.1, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]])
+GIGPO_STATES = torch.tensor([[-1, -1, 0, -1, 1], [-1, 0, -1, -1, 0], [-1, 0, -1, -1, -1]])
+GIGPO_SCORES, GIGPO_GROUPS = t([1.0, -0.1, 1.0]), torch.tensor([0, 0, 1])
+
+
+def _gigpo(**options):
+    return gigpo_advantages(
+        GIGPO_SCORES, GIGPO_GROUPS, GIGPO_REWARDS, GIGPO_MASK, GIGPO_ENDS, GIGPO_STATES, gamma=0.5, **options
+    )
+
+
+def _on_turns(row0, row1):
+    """[3, 5] token advantages from the per-turn values of rows 0 and 1 (row 2 is alone: 0)."""
+    return t([[0.0, row0[0], row0[0], 0.0, row0[1]], [0.0, row1[0], 0.0, 0.0, row1[1]], [0.0] * 5])
+
+
+def test_gigpo_mean_centred_by_hand():
+    # episode: mean of (1, -0.1) = 0.45 -> A^E = +0.55, -0.55
+    # discounted returns: row 0: R_0 = 0 + 0.5·1 = 0.5, R_1 = 1; row 1: R_0 = -0.1 + 0.5·0 = -0.1, R_1 = 0
+    # step groups of group 0: state 0 = {0.5, -0.1, 0} (mean 0.4/3), state 1 = {1} alone -> 0;
+    # row 2's state 0 is another map's (group 1): alone -> 0, and it does not join group 0's state 0
+    m = 0.4 / 3
+    expected = _on_turns((0.55 + (0.5 - m), 0.55), (-0.55 + (-0.1 - m), -0.55 + (0.0 - m)))
+    torch.testing.assert_close(_gigpo(std_normalize=False), expected)
+
+
+def test_gigpo_std_normalised_and_weighted_by_hand():
+    # episode group of two: ±0.55 / (std 1.1/√2 + eps); step group {0.5, -0.1, 0}: sample std
+    # sqrt(((0.5 - m)² + (-0.1 - m)² + m²) / 2)
+    eps = 1e-6
+    episode = 0.55 / (1.1 / math.sqrt(2) + eps)
+    m = 0.4 / 3
+    std = math.sqrt(((0.5 - m) ** 2 + (-0.1 - m) ** 2 + m**2) / 2) + eps
+    step0, step1, step2 = (0.5 - m) / std, (-0.1 - m) / std, (0.0 - m) / std
+    expected = _on_turns((episode + 2 * step0, episode), (-episode + 2 * step1, -episode + 2 * step2))
+    torch.testing.assert_close(_gigpo(step_weight=2.0), expected)
+
+
+def test_gigpo_without_anchor_states_or_step_weight_is_grpo():
+    grpo = broadcast_to_tokens(group_normalized_advantages(GIGPO_SCORES, GIGPO_GROUPS), GIGPO_MASK)
+    torch.testing.assert_close(_gigpo(step_weight=0.0), grpo)
+    no_states = torch.full_like(GIGPO_STATES, -1)
+    torch.testing.assert_close(
+        gigpo_advantages(GIGPO_SCORES, GIGPO_GROUPS, GIGPO_REWARDS, GIGPO_MASK, GIGPO_ENDS, no_states), grpo
+    )
+    # the step part alone: episode weight 0 leaves A^S on each turn (mean-centred, as in the hand case)
+    m = 0.4 / 3
+    expected = _on_turns((0.5 - m, 0.0), (-0.1 - m, -m))
+    torch.testing.assert_close(_gigpo(episode_weight=0.0, std_normalize=False), expected)
+
+
+def test_gigpo_state_ids_are_labels_and_group_order_does_not_matter():
+    relabelled = torch.where(GIGPO_STATES >= 0, GIGPO_STATES * 7 + 40, -1)
+    order = torch.tensor([2, 1, 0])
+    shuffled = gigpo_advantages(
+        GIGPO_SCORES[order],
+        GIGPO_GROUPS[order] + 5,
+        GIGPO_REWARDS[order],
+        GIGPO_MASK[order],
+        GIGPO_ENDS[order],
+        relabelled[order],
+        gamma=0.5,
+    )
+    torch.testing.assert_close(shuffled, _gigpo()[order])
+
+
+def test_gigpo_tokens_after_the_last_marked_end_and_empty_rows():
+    # no end marked: the row's last valid token closes its one turn; a row without tokens gets 0
+    mask = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
+    ends = torch.zeros(3, 3, dtype=torch.bool)
+    adv = gigpo_advantages(t([1.0, 0.0, 5.0]), torch.tensor([0, 0, 0]), t([[0.0] * 3] * 3), mask, ends, ends.long() - 1)
+    a = group_normalized_advantages(t([1.0, 0.0, 5.0]), torch.tensor([0, 0, 0]))
+    torch.testing.assert_close(adv, t([[a[0], a[0], 0.0], [a[1], 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    nothing = torch.zeros(0, 1, dtype=torch.bool)
+    no_ids = torch.zeros(0, dtype=torch.long)
+    empty = gigpo_advantages(t([]), no_ids, t([]).view(0, 1), nothing, nothing, nothing.long())
+    assert empty.shape == (0, 1)
+
+
+def test_gigpo_rejects_float_state_ids_and_shape_mismatch():
+    with pytest.raises(ValueError, match="turn_state_ids must be an integer"):
+        _gigpo_states(GIGPO_STATES.double())
+    with pytest.raises(ValueError, match="turn_state_ids must have the mask's shape"):
+        _gigpo_states(GIGPO_STATES[:, :3])
+
+
+def test_anchored_step_fraction_counts_turns_that_share_their_state():
+    # 5 turns; group 0's state 0 is visited by 3 of them; state 1 and row 2's state 0 (group 1) by one each
+    assert anchored_step_fraction(GIGPO_GROUPS, GIGPO_MASK, GIGPO_ENDS, GIGPO_STATES) == pytest.approx(3 / 5)
+    assert anchored_step_fraction(GIGPO_GROUPS, GIGPO_MASK, GIGPO_ENDS, torch.full_like(GIGPO_STATES, -1)) == 0.0
+    nothing = torch.zeros(0, 1, dtype=torch.bool)
+    assert anchored_step_fraction(torch.zeros(0, dtype=torch.long), nothing, nothing, nothing.long()) == 0.0
+
+
+def _gigpo_states(states):
+    return gigpo_advantages(GIGPO_SCORES, GIGPO_GROUPS, GIGPO_REWARDS, GIGPO_MASK, GIGPO_ENDS, states)
+
+
 # ---------------------------------------------------------------- estimator choice
 
 
@@ -275,6 +384,23 @@ def test_estimate_advantages_group_estimators_broadcast_to_tokens(estimator, gro
     adv, ret = estimate_advantages(estimator, mask, scores=scores, group_ids=groups, whiten_advantages=True)
     a = group_zero
     torch.testing.assert_close(adv, t([[a, a, 0.0], [0.0, -a, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert ret is None
+
+
+def test_estimate_advantages_gigpo_is_gigpo_advantages():
+    adv, ret = estimate_advantages(
+        "gigpo",
+        GIGPO_MASK,
+        token_rewards=GIGPO_REWARDS,
+        turn_end_mask=GIGPO_ENDS,
+        turn_state_ids=GIGPO_STATES,
+        scores=GIGPO_SCORES,
+        group_ids=GIGPO_GROUPS,
+        whiten_advantages=True,  # GAE only
+        gigpo_gamma=0.5,
+        gigpo_std_normalize=False,
+    )
+    torch.testing.assert_close(adv, _gigpo(std_normalize=False))
     assert ret is None
 
 

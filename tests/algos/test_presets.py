@@ -20,6 +20,10 @@ SHARED = {
     "value_clip": 0.5,
     "ppo_epochs": 1,
     "turn_level_rewards": False,
+    "gigpo_gamma": 0.95,
+    "gigpo_episode_weight": 1.0,
+    "gigpo_step_weight": 1.0,
+    "gigpo_std_normalize": True,
 }
 NO_DAPO = {"dynamic_sampling": False, "max_sampling_rounds": 4, "overlong_cache_fraction": 0.0}
 # DAPO (Yu et al. 2025): group-relative advantages, token-mean, clip-higher, no KL, dynamic sampling, overlong
@@ -43,6 +47,15 @@ RESOLVED = {
         "whiten_advantages": False,
         "loss_agg": "seq-mean-token-sum-norm",
     },
+    # GiGPO (Feng et al. 2025): GRPO's episode advantage + anchor-state step advantages from per-turn rewards
+    "gigpo": {
+        **SHARED,
+        **NO_DAPO,
+        "advantage": "gigpo",
+        "whiten_advantages": False,
+        "loss_agg": "seq-mean-token-mean",
+        "turn_level_rewards": True,
+    },
 }
 
 
@@ -63,7 +76,7 @@ def test_presets_name_only_fields_that_differ_from_the_defaults():
 
 
 def test_uses_critic():
-    assert [uses_critic(a) for a in ADVANTAGE_ESTIMATORS] == [True, True, False, False, False]
+    assert [uses_critic(a) for a in ADVANTAGE_ESTIMATORS] == [True, True, False, False, False, False]
     assert [uses_critic(RESOLVED[name]["advantage"]) for name in ("ppo", "dapo", "grpo", "drgrpo")] == [
         True,
         False,

@@ -82,6 +82,17 @@ def test_a_bad_grid_is_refused_before_any_run(tmp_path, overrides, seeds, messag
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("config", ["frozenlake.yaml", "sokoban.yaml"])
+def test_the_grpo_vs_gigpo_grid_plans_on_the_envs_with_anchor_states(tmp_path, config):
+    runs = plan(str(Path(CONFIG).parent / config), ["algo=grpo,gigpo"], 8, tmp_path, "s")
+    assert len(runs) == 16
+    algos = [run.config.algo for run in runs]
+    assert [a.advantage for a in algos] == ["grpo"] * 8 + ["gigpo"] * 8
+    assert all(a.turn_level_rewards == (a.advantage == "gigpo") for a in algos)
+    with pytest.raises(ConfigError, match=r"grid point 'algo=gigpo': algo.advantage=gigpo needs anchor states"):
+        plan(str(Path(CONFIG).parent / "countdown.yaml"), ["algo=grpo,gigpo"], 1, tmp_path / "c", "s")
+
+
 def test_the_cli_refuses_a_bad_grid_with_one_line(tmp_path, capsys):
     assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "filter.strategy=none,nope"]) == 2
     err = capsys.readouterr().err

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ragen_lit.envs import ENV_CLASSES
+from ragen_lit.envs import ENV_CLASSES, FrozenLakeEnv, SokobanEnv, has_state_key
 from ragen_lit.envs.base import CHARSET, OptionError, TextEnv, check_int, check_probability, format_cells
 
 
@@ -72,3 +72,34 @@ def test_format_cells():
 
 def test_every_env_is_a_text_env():
     assert all(issubclass(env_class, TextEnv) for env_class in ENV_CLASSES.values())
+
+
+def test_state_key_hook_says_which_envs_have_anchor_states():
+    assert {name for name, cls in ENV_CLASSES.items() if has_state_key(cls)} >= {"frozenlake", "sokoban"}
+    assert not has_state_key(ENV_CLASSES["countdown"]) and not has_state_key(ENV_CLASSES["mathqa"])
+    countdown = ENV_CLASSES["countdown"]()
+    countdown.reset(seed=0)
+    assert countdown.state_key() is None  # the default: no notion of identical states
+
+
+def test_frozenlake_state_key_is_the_players_cell():
+    env = FrozenLakeEnv.from_grid(["SFF", "FHF", "FFG"])
+    env.reset(seed=0)
+    assert env.state_key() == (0, 0)
+    env.step("Right")
+    assert env.state_key() == (0, 1)
+    env.step("Left")
+    assert env.state_key() == (0, 0)  # back where it started: the same anchor state
+
+
+def test_sokoban_state_key_is_player_and_boxes():
+    env = SokobanEnv.from_grid(["######", "#P_XO#", "#____#", "#____#", "######"])
+    env.reset(seed=0)
+    start = env.state_key()
+    assert start == ((1, 1), ((1, 3),))
+    env.step("Right")  # the player moves, the box stays
+    assert env.state_key() == ((1, 2), ((1, 3),)) != start
+    env.step("Down")
+    env.step("Up")  # same player cell as after the first move, box unmoved: the same state
+    assert env.state_key() == ((1, 2), ((1, 3),))
+    assert hash(env.state_key()) is not None

@@ -1,7 +1,11 @@
+import json
 import warnings
 from fractions import Fraction
+from pathlib import Path
 
 import gymnasium
+import pyarrow
+import pyarrow.parquet
 import pytest
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
@@ -9,6 +13,9 @@ from hypothesis import strategies as st
 
 from ragen_lit.envs import make_env
 from ragen_lit.envs.countdown import CountdownEnv, generate_instance, safe_evaluate, score_answer, solve
+
+# four records in the Countdown-Tasks format (Jiayi-Pan/Countdown-Tasks-3to4: target, nums), written for these tests
+TASKS = Path(__file__).resolve().parent / "data" / "countdown_tasks_sample.jsonl"
 
 HOSTILE_ANSWERS = [
     "__import__('os').system('true')",
@@ -161,3 +168,44 @@ def test_gymnasium_make_and_env_checker():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)
+
+
+def test_countdown_tasks_records_pose_the_seed_indexed_instance():
+    records = [json.loads(line) for line in TASKS.read_text(encoding="utf-8").splitlines()]
+    env = make_env("countdown", path=str(TASKS))
+    for seed in (0, 5, 10, 123, 10003):
+        obs, _ = env.reset(seed=seed)
+        record = records[seed % len(records)]
+        assert obs == f"Target: {record['target']}\nNumbers: {record['nums']}" and obs in env.observation_space
+        assert (env.numbers, env.target) == (record["nums"], record["target"])
+        assert env.step(solve(record["nums"], record["target"]))[1] == 1.0
+    assert make_env("countdown", path=str(TASKS), format="countdown_tasks").instances == env.instances
+
+
+def test_countdown_tasks_as_parquet(tmp_path):
+    records = [json.loads(line) for line in TASKS.read_text(encoding="utf-8").splitlines()]
+    path = tmp_path / "train-00000-of-00001.parquet"
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), path)
+    env = CountdownEnv(path=str(path))
+    assert env.instances == tuple((tuple(r["nums"]), r["target"]) for r in records)
+    env.reset(seed=2)
+    assert env.step("68 / 2 + 9 - 4")[1] == 1.0
+
+
+def test_countdown_files_that_fit_no_format_are_refused_in_one_line(tmp_path):
+    other = tmp_path / "game24.jsonl"
+    other.write_text('{"numbers": [1, 2, 3, 4], "answer": 24}\n', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        make_env("countdown", path=str(other))
+    assert str(error.value) == (
+        f"env.options.path={str(other)!r} is not allowed; expected records of a known format, target + nums "
+        "(format=countdown_tasks); its records have ['answer', 'numbers']"
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"target": 3, "nums": [1, 2]}\n{"target": 3, "nums": [1, -2]}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^env\.options\.path=.*\(record 1 has target=3, nums=\[1, -2\]\)$"):
+        make_env("countdown", path=str(bad))
+    with pytest.raises(ValueError, match=r"^env\.options\.path=.*an existing \.jsonl or \.parquet file$"):
+        make_env("countdown", path=str(tmp_path / "missing.parquet"))
+    with pytest.raises(ValueError, match=r"^env\.options\.format='tinyzero' is not allowed"):
+        make_env("countdown", path=str(TASKS), format="tinyzero")

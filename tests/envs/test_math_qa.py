@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 from ragen_lit.envs import make_env
 from ragen_lit.envs.math_qa import MathQAEnv, default_data_path, load_questions, normalize_answer
 from ragen_lit.envs.mathqa_synthetic import make_problems
+from ragen_lit.envs.records import read_records
 
 QUESTIONS = [
     {"question": "What is 2 + 3?", "answer": "5"},
@@ -20,6 +21,10 @@ QUESTIONS = [
     {"question": "Half of 7 is?", "answer": 3.5},
 ]
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_mathqa_data.py"
+# four records in MetaMathQA's format (meta-math/MetaMathQA: query, response ending "The answer is: …", type,
+# original_question), written for these tests
+METAMATHQA = Path(__file__).resolve().parent / "data" / "metamathqa_sample.jsonl"
+METAMATHQA_ANSWERS = ["60", "25", "0.6", "900"]
 
 
 def write_jsonl(path, records):
@@ -100,7 +105,7 @@ def test_parquet(tmp_path):
     env.reset(seed=3)
     assert env.step("4")[1] == 1.0
     pyarrow.parquet.write_table(pyarrow.table({"query": ["1 + 1?"], "answer": ["2"]}), tmp_path / "bad.parquet")
-    with pytest.raises(ValueError, match=r"env\.options\.path=.*missing \['question'\]"):
+    with pytest.raises(ValueError, match=r"env\.options\.path=.*its records have \['answer', 'query'\]$"):
         make_env("mathqa", path=str(tmp_path / "bad.parquet"))
 
 
@@ -115,12 +120,14 @@ def test_bad_files_give_clear_errors(tmp_path):
     }
     messages = {
         "missing.jsonl": "an existing .jsonl or .parquet file",
-        "no_answer.jsonl": r"record 0 has \['question'\]",
+        "no_answer.jsonl": r"its records have \['question'\]",
         "not_json.jsonl": "line 2",
         "empty_question.jsonl": "record 0 has an empty one",
         "empty.jsonl": "at least one question",
         "data.csv": "a .jsonl or .parquet file",
+        "half.jsonl": r"records with question \+ answer \(record 1 has \['query', 'response'\]\)",
     }
+    cases["half.jsonl"] = '{"question": "1?", "answer": "1"}\n{"query": "2?", "response": "The answer is: 2"}\n'
     for name, text in cases.items():
         if text is not None:
             (tmp_path / name).write_text(text, encoding="utf-8")
@@ -169,3 +176,48 @@ def test_gymnasium_make_and_env_checker():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped)
+
+
+def test_metamathqa_records_are_detected_and_answered_after_the_mark():
+    env = make_env("mathqa", path=str(METAMATHQA))
+    records, fields = read_records(str(METAMATHQA))
+    assert fields == ["original_question", "query", "response", "type"]
+    assert env.questions == tuple((r["query"], a) for r, a in zip(records, METAMATHQA_ANSWERS))
+    assert env.reset(seed=6)[0].startswith("What is $\\frac{3}{4}$ of 0.8?")
+    assert env.step("0.60")[1] == 1.0
+    env.reset(seed=3)
+    assert env.step("$900")[1] == 1.0
+    assert make_env("mathqa", path=str(METAMATHQA), format="metamathqa").questions == env.questions
+
+
+def test_metamathqa_as_parquet_and_as_a_json_array(tmp_path):
+    records = [json.loads(line) for line in METAMATHQA.read_text(encoding="utf-8").splitlines()]
+    parquet = tmp_path / "mmqa.parquet"
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), parquet)
+    array = tmp_path / "MetaMathQA-395K.json"  # how the hub ships it: one JSON array
+    array.write_text(json.dumps(records, indent=1), encoding="utf-8")
+    expected = tuple((r["query"], a) for r, a in zip(records, METAMATHQA_ANSWERS))
+    assert MathQAEnv(path=str(parquet)).questions == expected
+    assert MathQAEnv(path=str(array)).questions == expected
+
+
+def test_format_option_and_files_that_fit_no_format(tmp_path, data_path):
+    # the explicit format must match the records; a file of neither format names its fields in one line
+    with pytest.raises(ValueError) as error:
+        make_env("mathqa", path=data_path, format="metamathqa")
+    message = str(error.value)
+    assert message.startswith("env.options.format='metamathqa' is not allowed; expected records with query + response")
+    assert data_path in message and "['answer', 'question']" in message and "\n" not in message
+    with pytest.raises(ValueError, match=r"^env\.options\.format='gsm8k' is not allowed; expected one of auto, qa"):
+        make_env("mathqa", path=data_path, format="gsm8k")
+    other = write_jsonl(tmp_path / "other.jsonl", [{"problem": "1 + 1?", "solution": "2"}])
+    with pytest.raises(ValueError) as error:
+        make_env("mathqa", path=other)
+    message = str(error.value)
+    assert message == (
+        f"env.options.path={other!r} is not allowed; expected records of a known format, question + answer "
+        "(format=qa), query + response (format=metamathqa); its records have ['problem', 'solution']"
+    )
+    no_mark = write_jsonl(tmp_path / "no_mark.jsonl", [{"query": "1 + 1?", "response": "It is 2."}])
+    with pytest.raises(ValueError, match=r"env\.options\.path=.*'The answer is: <answer>' \(record 0 has none\)"):
+        make_env("mathqa", path=no_mark)

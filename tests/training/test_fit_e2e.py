@@ -132,6 +132,29 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     assert ("metrics.critic/value_loss" in row.index) == (preset == "ppo")
 
 
+@pytest.mark.parametrize("config", ["frozenlake.yaml", "sokoban.yaml"])
+def test_gigpo_fits_on_the_envs_with_anchor_states(tmp_path, tiny_model_dir, config):
+    summary = fit(
+        _cfg(
+            tmp_path,
+            tiny_model_dir,
+            "algo=gigpo",
+            "trainer.iterations=2",
+            "rollout.max_turns=3",
+            "filter.strategy=none",
+            "validation.num_envs=0",
+            "diagnostics.every_n_iterations=0",
+            config=config,
+        )
+    )
+    assert summary["iterations"] == 2
+    row = _runs(tmp_path).iloc[0]
+    assert row["params.algo.name"] == "gigpo" and row["params.algo.advantage"] == "gigpo"
+    assert "metrics.actor/pg_loss" in row.index and "metrics.critic/value_loss" not in row.index
+    # 4 rollouts of a map all start in the same state: at least their first turns share an anchor state
+    assert 0.0 < row["metrics.gigpo/anchored_step_fraction"] <= 1.0
+
+
 def test_dapo_fit_refills_the_batch_shapes_long_turns_and_logs_both(tmp_path, tiny_model_dir):
     """`algo=dapo` through `fit`: dynamic sampling's rounds and groups, and the overlong penalty, every iteration."""
     cfg = _cfg(

@@ -80,6 +80,7 @@ def rollout(
         still_active = []
         for i, gen in zip(active, generations):
             traj, env = trajectories[i], envs[i]
+            state_key = env.state_key()  # the state this turn's prompt showed, before its actions run
             prompt_end = len(traj.token_ids)
             traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
             response_end = len(traj.token_ids)
@@ -105,7 +106,7 @@ def rollout(
             valid = bool(executed)
             if not valid:
                 turn_reward += limits.format_penalty
-            traj.turns.append(Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid))
+            traj.turns.append(Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid, state_key))
             traj.reward += turn_reward
             traj.num_actions += len(executed)
             traj.append(chat.close_ids(gen.token_ids), sampled=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +16,7 @@ class Turn:
     actions: list[str]  # canonical actions that were executed
     reward: float  # env rewards of this turn plus the format penalty
     valid: bool  # at least one valid action
+    state_key: Hashable | None = None  # the env's `state_key()` when this turn's prompt was shown (GiGPO's anchor)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Advantage estimators: GAE, bi-level (turn-level) GAE, GRPO / Dr.GRPO, RLOO, and keep-rate scaling.
+"""Advantage estimators: GAE, bi-level (turn-level) GAE, GRPO / Dr.GRPO, RLOO, GiGPO, and keep-rate scaling.
 
 Spec: `ragen2.md` §4–§5, `ragen_reference.md` §2.4 and §4.2. Token tensors are `[B, T]` (B
 trajectories, T token positions) with a bool `mask` marking the assistant (loss) tokens; sequence
@@ -248,6 +248,115 @@ def broadcast_to_tokens(seq_advantages: torch.Tensor, mask: torch.Tensor) -> tor
     return torch.where(mask, seq_advantages[:, None], 0.0)
 
 
+def _turn_index(mask: torch.Tensor, turn_end_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(turn of each token [B, T] long, -1 where `mask` is False; turn ends [B, T] bool). Turn k of a row is
+    the run of valid tokens after its (k-1)-th end up to and including its k-th end; each row's last valid
+    token always closes a turn (as in `bilevel_gae`)."""
+    ends = (turn_end_mask & mask) | _last_valid_position(mask)
+    before = torch.cumsum(ends.long(), dim=1) - ends.long()
+    return torch.where(mask, before, -1), ends
+
+
+def _anchor_step_groups(
+    group_ids: torch.Tensor, mask: torch.Tensor, turn_end_mask: torch.Tensor, turn_state_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GiGPO's step groups: (turn of each token [B, T] long (-1 off `mask`); which turns exist [B, K] bool;
+    step group of each turn [B, K] long, equal for the turns of one episode group taken in one state, -1 for a
+    turn without a state id or beyond the row's turns), K the most turns of any row."""
+    turn, ends = _turn_index(mask, turn_end_mask)
+    num_turns = int(turn.max()) + 1 if mask.any() else 0
+    rows = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)
+    turns = torch.zeros(mask.shape[0], num_turns, dtype=torch.bool, device=mask.device)
+    turns[rows[ends], turn[ends]] = True
+    states = torch.full((mask.shape[0], num_turns), -1, dtype=torch.long, device=mask.device)
+    states[rows[ends], turn[ends]] = turn_state_ids[ends].long()
+    step_group = torch.full_like(states, -1)
+    anchored = states >= 0
+    if anchored.any():
+        pairs = torch.stack([group_ids[:, None].expand_as(states)[anchored], states[anchored]], dim=1)
+        step_group[anchored] = torch.unique(pairs, dim=0, return_inverse=True)[1]
+    return turn, turns, step_group
+
+
+def anchored_step_fraction(
+    group_ids: torch.Tensor, mask: torch.Tensor, turn_end_mask: torch.Tensor, turn_state_ids: torch.Tensor
+) -> float:
+    """The share of steps (turns) whose anchor state another step of their episode group also visits, i.e.
+    that get a step-level advantage in `gigpo_advantages` (0.0 without turns). Tensors as there."""
+    _, turns, step_group = _anchor_step_groups(group_ids, mask, turn_end_mask, turn_state_ids)
+    if not turns.any():
+        return 0.0
+    anchored = step_group[step_group >= 0]
+    sizes = torch.bincount(anchored)
+    shared = (sizes[anchored] > 1).sum()
+    return float(shared / turns.sum())
+
+
+def gigpo_advantages(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    turn_end_mask: torch.Tensor,
+    turn_state_ids: torch.Tensor,
+    gamma: float = 0.95,
+    episode_weight: float = 1.0,
+    step_weight: float = 1.0,
+    std_normalize: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GiGPO token advantages (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training").
+
+    A step is one assistant turn k of trajectory i (its tokens as in `bilevel_gae`: the valid tokens up to
+    and including its end token), taken in the environment state s_k^(i) its prompt showed.
+
+    - Episode relative advantage A^E, the GRPO advantage of the episode return R(τ_i) = `scores`:
+        A^E(τ_i) = (R(τ_i) − mean_{j∈g} R(τ_j)) / F_norm,   g the episode group of i (`group_ids`).
+    - Anchor state grouping G^S(s̃): the step group of an anchor state s̃ is every (trajectory, turn) of the
+      same episode group whose state is s̃, G^S(s̃) = {(a_k^(i), R_k^(i)) | s_k^(i) = s̃}, with the
+      discounted return of each step, R_k^(i) = Σ_{k'≥k} γ^{k'−k} r_{k'}^(i), r_k the turn's reward (the
+      sum of `token_rewards` over its tokens).
+    - Step relative advantage A^S:(a_k^(i)) = (R_k^(i) − mean_{G^S(s̃)} R) / F_norm.
+    - Combined advantage: A(a_k^(i)) = w_E·A^E(τ_i) + w_S·A^S(a_k^(i)), on every token of turn k. The paper's
+      is A^E + ω·A^S with ω = 1 (w_E = 1, w_S = ω) and γ = 0.95.
+    F_norm is the group's sample std (ddof=1) + eps (`std_normalize`, the paper's default) or 1 (its
+    mean-centred variant). A group of one (an episode group of one rollout, a state only one step visited)
+    has no baseline: its advantage is 0, as in `group_normalized_advantages`. A turn whose state id is
+    negative (the env gives no state key) joins no step group: A^S = 0.
+
+    scores: [B] float; group_ids: [B] int; token_rewards: [B, T] float; mask, turn_end_mask: [B, T] bool;
+    turn_state_ids: [B, T] long, the turn's state id on its end token (any non-negative ids, equal ids =
+    identical states; read only at turn ends) -> advantages [B, T] float (0 where `mask` is False).
+    """
+    _check_token_tensors(mask, token_rewards=token_rewards, turn_end_mask=turn_end_mask, turn_state_ids=turn_state_ids)
+    if turn_end_mask.dtype != torch.bool:
+        raise ValueError(f"turn_end_mask must be a bool tensor, got dtype {turn_end_mask.dtype}")
+    if turn_state_ids.is_floating_point():
+        raise ValueError(f"turn_state_ids must be an integer tensor, got dtype {turn_state_ids.dtype}")
+    episode = group_normalized_advantages(scores, group_ids, std_normalize=std_normalize, eps=eps)
+    turn, turns, step_group = _anchor_step_groups(group_ids, mask, turn_end_mask, turn_state_ids)
+    num_turns = turns.shape[1]
+    if num_turns == 0:
+        return torch.zeros_like(token_rewards)
+    rows = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)
+    # per-turn rewards r_k as a [B, K] table, then the discounted returns R_k = r_k + γ·R_{k+1}
+    turn_rewards = torch.zeros(mask.shape[0], num_turns, dtype=token_rewards.dtype, device=mask.device)
+    turn_rewards.index_put_((rows[mask], turn[mask]), token_rewards[mask], accumulate=True)
+    returns = torch.zeros_like(turn_rewards)
+    following = torch.zeros_like(turn_rewards[:, 0])
+    for k in reversed(range(num_turns)):
+        following = turn_rewards[:, k] + gamma * following
+        returns[:, k] = following
+    anchored = step_group >= 0
+    step = torch.zeros_like(returns)
+    if anchored.any():
+        step[anchored] = group_normalized_advantages(
+            returns[anchored], step_group[anchored], std_normalize=std_normalize, eps=eps
+        )
+    per_turn = episode_weight * episode[:, None].to(step.dtype) + step_weight * step
+    return torch.where(mask, per_turn.gather(1, turn.clamp_min(0)), 0.0)
+
+
 def scale_by_keep_rate(advantages: torch.Tensor, keep_ratio: float, mode: str) -> torch.Tensor:
     """Keep-rate advantage scaling (spec §4, reference §2.4): A·1 (`none`), A·ρ (`linear`), A·√ρ (`sqrt`),
     ρ = kept groups / all groups. It scales the policy-gradient term only.
@@ -279,6 +388,11 @@ def estimate_advantages(
     high_level_gamma: float = 0.95,
     whiten_advantages: bool = False,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    turn_state_ids: torch.Tensor | None = None,
+    gigpo_gamma: float = 0.95,
+    gigpo_episode_weight: float = 1.0,
+    gigpo_step_weight: float = 1.0,
+    gigpo_std_normalize: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Token advantages of the estimator `algo.advantage` names (spec §5), in one place for every caller.
 
@@ -287,10 +401,12 @@ def estimate_advantages(
       return their returns R_t (the critic's targets).
     - `grpo` (std-normalised), `drgrpo` (mean-centred only), `rloo` (leave-one-out baseline): one advantage per
       trajectory from `scores` within its `group_ids` group, broadcast to its valid tokens; no returns (no critic).
+    - `gigpo`: `gigpo_advantages` (episode + anchor-state step advantages per turn, from `scores`, `group_ids`,
+      `token_rewards`, `turn_end_mask` and `turn_state_ids`); no returns.
     Keep-rate scaling (`scale_by_keep_rate`) is a separate step.
 
-    mask, turn_end_mask: [B, T] bool; token_rewards, values: [B, T] float; scores: [B] float; group_ids: [B] int
-    -> (advantages [B, T], returns [B, T] or None).
+    mask, turn_end_mask: [B, T] bool; token_rewards, values: [B, T] float; scores: [B] float; group_ids: [B] int;
+    turn_state_ids: [B, T] long -> (advantages [B, T], returns [B, T] or None).
     """
     if uses_critic(estimator):  # also rejects an unknown name
         if estimator == "gae":
@@ -302,6 +418,20 @@ def estimate_advantages(
         if whiten_advantages:
             advantages = whiten(advantages, mask, reduce=reduce)
         return advantages, returns
+    if estimator == "gigpo":
+        advantages = gigpo_advantages(
+            scores,
+            group_ids,
+            token_rewards,
+            mask,
+            turn_end_mask,
+            turn_state_ids,
+            gamma=gigpo_gamma,
+            episode_weight=gigpo_episode_weight,
+            step_weight=gigpo_step_weight,
+            std_normalize=gigpo_std_normalize,
+        )
+        return advantages, None
     if estimator == "rloo":
         seq_advantages = rloo_advantages(scores, group_ids)
     else:

@@ -1,4 +1,4 @@
-"""Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo` sets the `AlgoConfig` section in one word;
+"""Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo|gigpo` sets the `AlgoConfig` section in one word;
 single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 
 | preset | advantage | whitened | loss aggregation        | critic | dynamic sampling | overlong shaping |
@@ -7,6 +7,7 @@ single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 | dapo   | grpo      | (no)     | token-mean              | no     | yes (4 rounds)   | L_cache 0.2·L_max |
 | grpo   | grpo      | no       | seq-mean-token-mean     | no     | no               | no               |
 | drgrpo | drgrpo    | no       | seq-mean-token-sum-norm | no     | no               | no               |
+| gigpo  | gigpo     | no       | seq-mean-token-mean     | no     | no               | no               |
 All share clip 0.2 / 0.28 (clip-higher), dual-clip 3, entropy coef 0.001 and no KL loss (k3 if turned
 on). GRPO-family advantages are already normalised per group, so they are not whitened again (the `dapo`
 preset keeps `whiten_advantages` on; it acts only on a GAE advantage, see below).
@@ -23,11 +24,20 @@ token-mean + clip-higher + no KL, without dynamic sampling or length shaping: th
 field for field. `algo=dapo algo.advantage=gae` turns the critic and whitened GAE back on under DAPO's
 sampling and shaping; `algo=dapo algo.advantage=gae algo.dynamic_sampling=false algo.overlong_cache_fraction=0`
 is the reference's DAPO exactly.
+
+`gigpo` is GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training"): GRPO's
+episode-level group advantage plus a step-level one over anchor states, the identical environment states
+that several rollouts of a group visit (`advantages.gigpo_advantages`). Each turn's tokens get
+`gigpo_episode_weight`·A^E + `gigpo_step_weight`·A^S, A^S normalising the turn's discounted return
+(discount `gigpo_gamma`, 0.95 as in the paper) among the group's turns taken in the same state. The
+preset carries each turn's reward on its own end token (`turn_level_rewards`), which the step returns
+are summed from. What "identical" means is the env's `state_key` (FrozenLake: the player's cell; Sokoban:
+player and boxes); an env without one refuses `gigpo` at config time.
 """
 
 from __future__ import annotations
 
-ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo")
+ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo", "gigpo")
 _CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
 
 # Each preset lists only where it differs from the `AlgoConfig` defaults, which are PPO's: the config
@@ -37,6 +47,12 @@ PRESETS: dict[str, dict[str, object]] = {
     "dapo": {"advantage": "grpo", "dynamic_sampling": True, "overlong_cache_fraction": 0.2},
     "grpo": {"advantage": "grpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-mean"},
     "drgrpo": {"advantage": "drgrpo", "whiten_advantages": False, "loss_agg": "seq-mean-token-sum-norm"},
+    "gigpo": {
+        "advantage": "gigpo",
+        "whiten_advantages": False,
+        "loss_agg": "seq-mean-token-mean",
+        "turn_level_rewards": True,
+    },
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium
 
-from ragen_lit.envs.base import OptionError, TextEnv
+from ragen_lit.envs.base import OptionError, TextEnv, has_state_key
 from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.math_qa import MathQAEnv
@@ -71,6 +71,7 @@ __all__ = [
     "MathQAEnv",
     "SokobanEnv",
     "TextEnv",
+    "has_state_key",
     "make_env",
     "option_names",
 ]

@@ -4,7 +4,8 @@ An observation is a string, an action is one action name (discrete envs) or one 
 (free-form envs). `TextEnv` owns the parts every env shares: seeding, the per-episode budget of
 valid actions (the env truncates itself), invalid actions (state kept, reward 0, never raising),
 the `info` dict and `render`. A subclass implements four hooks: `_new_episode(seed)`,
-`_apply(action)`, `_observation()` and `is_success`.
+`_apply(action)`, `_observation()` and `is_success`. An env whose states repeat exactly may also define
+`state_key()`, what GiGPO's anchor-state grouping compares (`algo.advantage=gigpo`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numbers
 import operator
 import string
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 import gymnasium
@@ -146,6 +148,18 @@ class TextEnv(gymnasium.Env[str, str]):
 
     def _info(self, action_valid: bool) -> dict[str, bool]:
         return {"success": bool(self.is_success), "action_valid": action_valid}
+
+    def state_key(self) -> Hashable | None:
+        """What makes two moments of this instance the same environment state for GiGPO's anchor-state
+        grouping (equal keys = identical states; the instance itself is implicit, since only rollouts of one
+        group, one seed, are compared). Only what the future depends on belongs in it (FrozenLake: the
+        player's cell). None (this default): the env has no such notion and cannot train with `gigpo`."""
+        return None
+
+
+def has_state_key(env_class: type[TextEnv]) -> bool:
+    """Whether `env_class` defines `TextEnv.state_key` (can form GiGPO's anchor states)."""
+    return getattr(env_class, "state_key", None) is not TextEnv.state_key
 
 
 def format_cell(cell: tuple[int, int]) -> str:

@@ -1,7 +1,10 @@
 """Countdown: combine the given numbers, each exactly once, with + - * / into the target.
 
 Instances are generated from the seed (3 or 4 numbers, a random full combination of them gives the
-target), so every instance is solvable; `solve` is an exhaustive solver for tests and benchmarks.
+target), so every instance is solvable; `solve` is an exhaustive solver for tests and benchmarks. With
+`path` they are read instead from a JSONL, JSON-array or parquet file of Countdown-Tasks records (the
+format of Jiayi-Pan/Countdown-Tasks-3to4 on the HF hub, which TinyZero and RAGEN train on: `target`, an
+integer, and `nums`, the list of numbers); the instance of seed s is record `s % len(records)`.
 The single action is an arithmetic expression; it is scored as in the reference (ragen_reference.md
 §3.5): 1 if it uses exactly the given numbers and equals the target (|difference| < 1e-5), 0.1 if it
 uses exactly the given numbers but has another value, 0 otherwise.
@@ -14,6 +17,7 @@ size and nesting depth, so a hostile answer is rejected in well under a millisec
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ragen_lit.envs.base import OptionError, TextEnv, check_int
+from ragen_lit.envs.records import check_fields, existing_file, pick_format, read_records
 
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1  # right numbers, wrong value
@@ -35,6 +40,9 @@ BINARY_OPERATORS: dict[type[ast.operator], Callable[[Fraction, Fraction], Fracti
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
 }
+# format -> the fields its records need (Countdown-Tasks: the target and the numbers)
+FORMATS = {"countdown_tasks": ("target", "nums")}
+MAX_NUMBERS = 6
 # Models write the signs the way people do; map them to Python's before parsing.
 SIGN_ALIASES = str.maketrans({"×": "*", "÷": "/", "−": "-"})
 
@@ -154,6 +162,46 @@ def generate_instance(seed: int, max_number: int = 99, max_target: int = 100) ->
             return numbers, target
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def load_instances(path: str, format: str = "auto") -> tuple[tuple[tuple[int, ...], int], ...]:
+    """The (numbers, target) instances of a Countdown-Tasks file; cached per file, modification time and format."""
+    file = existing_file(path)
+    return _load_cached(str(file.resolve()), file.stat().st_mtime_ns, format)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(file: str, mtime_ns: int, format: str) -> tuple[tuple[tuple[int, ...], int], ...]:
+    records, fields = read_records(file)
+    if not records:
+        raise OptionError("path", file, "a file with at least one instance")
+    chosen = pick_format(FORMATS, format, fields, file)
+    check_fields(records, FORMATS[chosen], file)
+    instances = []
+    for index, record in enumerate(records):
+        numbers, target = record["nums"], record["target"]
+        if (
+            not isinstance(numbers, (list, tuple))
+            or not 1 <= len(numbers) <= MAX_NUMBERS
+            or not all(_is_count(n) and n >= 1 for n in numbers)
+            or not _is_count(target)
+        ):
+            raise OptionError(
+                "path",
+                file,
+                f"an integer target and 1 to {MAX_NUMBERS} positive integer nums per record "
+                f"(record {index} has target={target!r:.40}, nums={numbers!r:.60})",
+            )
+        instances.append((tuple(numbers), target))
+    return tuple(instances)
+
+
+def observation_text(numbers: Sequence[int], target: int) -> str:
+    return f"Target: {target}\nNumbers: {list(numbers)}"
+
+
 class CountdownEnv(TextEnv):
     """Single-turn Countdown. Public state: `numbers`, `target`."""
 
@@ -164,18 +212,27 @@ class CountdownEnv(TextEnv):
     )
     actions = None
 
-    def __init__(self, max_number: int = 99, max_target: int = 100, render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        max_number: int = 99,
+        max_target: int = 100,
+        path: str | None = None,
+        format: str = "auto",
+        render_mode: str | None = None,
+    ) -> None:
         self.max_number = check_int("max_number", max_number, 1)
         self.max_target = check_int("max_target", max_target, 1)
+        # read from `path`; max_number and max_target shape generated instances only
+        self.instances = load_instances(path, format) if path is not None else None
+        self.path, self.format = path, format
         self._fixed_instance: tuple[list[int], int] | None = None
         self.numbers: list[int] = []
         self.target = 0
         self._solved = False
-        super().__init__(
-            max_actions_per_episode=1,
-            observation_max_length=60 + 5 * len(str(max(self.max_number, self.max_target))),
-            render_mode=render_mode,
-        )
+        bound = 60 + 5 * len(str(max(self.max_number, self.max_target)))
+        if self.instances is not None:
+            bound = max(len(observation_text(numbers, target)) for numbers, target in self.instances)
+        super().__init__(max_actions_per_episode=1, observation_max_length=bound, render_mode=render_mode)
 
     @classmethod
     def from_instance(cls, numbers: Sequence[int], target: int, **options: Any) -> CountdownEnv:
@@ -183,14 +240,14 @@ class CountdownEnv(TextEnv):
         if (
             not numbers
             or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in numbers)
-            or len(numbers) > 6
+            or len(numbers) > MAX_NUMBERS
         ):
-            raise OptionError("numbers", list(numbers), "1 to 6 positive integers")
+            raise OptionError("numbers", list(numbers), f"1 to {MAX_NUMBERS} positive integers")
         if isinstance(target, bool) or not isinstance(target, int):
             raise OptionError("target", target, "an integer")
         env = cls(**options)
         env._fixed_instance = (list(numbers), target)
-        length = len(f"Target: {target}\nNumbers: {list(numbers)}")
+        length = len(observation_text(numbers, target))
         env.observation_space = type(env.observation_space)(
             max_length=max(length, env.observation_space.max_length), charset=env.observation_space.character_set
         )
@@ -200,6 +257,9 @@ class CountdownEnv(TextEnv):
     def _new_episode(self, seed: int) -> None:
         if self._fixed_instance is not None:
             numbers, self.target = self._fixed_instance
+            self.numbers = list(numbers)
+        elif self.instances is not None:
+            numbers, self.target = self.instances[seed % len(self.instances)]
             self.numbers = list(numbers)
         else:
             self.numbers, self.target = generate_instance(seed, self.max_number, self.max_target)
@@ -215,4 +275,4 @@ class CountdownEnv(TextEnv):
         return reward, True
 
     def _observation(self) -> str:
-        return f"Target: {self.target}\nNumbers: {self.numbers}"
+        return observation_text(self.numbers, self.target)

@@ -143,6 +143,10 @@ class FrozenLakeEnv(TextEnv):
         self.player = step_cell(self.player, self._slip(action), self.size)
         return (1.0 if self.is_success else 0.0), self.is_success or self.in_hole
 
+    def state_key(self) -> tuple[int, int]:
+        """GiGPO's anchor state: the player's cell (the map is the group's, the same for every rollout)."""
+        return self.player
+
     def _slip(self, action: str) -> str:
         """The move actually made: `action` w.p. success_rate, else one of its two perpendiculars."""
         if self.success_rate >= 1.0:

@@ -1,25 +1,32 @@
 """MathQA: answer a math word problem (ragen_reference.md §3.6, the reference's MetaMathQA env).
 
-Questions come from a JSONL or parquet file with `question` and `answer` fields (`path`), by default
-the bundled synthetic set `ragen_lit/envs/data/mathqa_synthetic.jsonl` (made by
-`scripts/make_mathqa_data.py`). The instance of seed s is question `s % len(data)`. An answer is
-correct when it equals the gold answer after `normalize_answer`. With `max_attempts` > 1 a wrong
-answer may be retried and a correct one earns 1, 0.5, 0.25, ... by attempt, as in the reference.
+Questions come from a JSONL, JSON-array or parquet file (`path`), by default the bundled synthetic set
+`ragen_lit/envs/data/mathqa_synthetic.jsonl` (made by `scripts/make_mathqa_data.py`). Two record formats
+(`format`, `auto` tells them by their fields):
+- `qa`: `question` and `answer` (the bundled set's);
+- `metamathqa`: MetaMathQA's (meta-math/MetaMathQA on the HF hub: `query`, `response`, `type`,
+  `original_question`): the question is `query`, the gold answer what follows the last "The answer is:" of
+  `response`.
+The instance of seed s is question `s % len(data)`. An answer is correct when it equals the gold answer
+after `normalize_answer`. With `max_attempts` > 1 a wrong answer may be retried and a correct one earns 1,
+0.5, 0.25, ... by attempt, as in the reference.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ragen_lit.envs.base import CHARSET, OptionError, TextEnv, check_int
+from ragen_lit.envs.records import check_fields, existing_file, pick_format, read_records
 
-FIELDS = ("question", "answer")
+# format -> the fields its records need (and which one holds the question, which the answer)
+FORMATS = {"qa": ("question", "answer"), "metamathqa": ("query", "response")}
+ANSWER_MARK = "The answer is:"  # MetaMathQA's responses end with "The answer is: <answer>"
 DECIMAL = re.compile(r"-?\d+\.\d+")
 
 
@@ -45,59 +52,38 @@ class QuestionSet:
     max_question_length: int
 
 
-def load_questions(path: str | Path | None = None) -> QuestionSet:
-    """The questions of a JSONL or parquet file (default: the bundled set); cached per file and
-    modification time, so the many envs of a rollout share one copy."""
-    file = default_data_path() if path is None else Path(path).expanduser()
-    if not file.is_file():
-        raise OptionError("path", str(file), "an existing .jsonl or .parquet file")
-    return _load_cached(str(file.resolve()), file.stat().st_mtime_ns)
+def load_questions(path: str | Path | None = None, format: str = "auto") -> QuestionSet:
+    """The questions of a data file (default: the bundled set) in `format` (`auto`: told by the fields);
+    cached per file, modification time and format, so the many envs of a rollout share one copy."""
+    file = default_data_path() if path is None else existing_file(path)
+    if format != "auto" and format not in FORMATS:
+        raise OptionError("format", format, f"one of auto, {', '.join(FORMATS)}")
+    return _load_cached(str(file.resolve()), file.stat().st_mtime_ns, format)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(file: str, mtime_ns: int) -> QuestionSet:
-    if file.endswith(".parquet"):
-        records = _read_parquet(file)
-    elif file.endswith((".jsonl", ".json")):
-        records = []
-        with open(file, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as error:
-                        raise OptionError(
-                            "path", file, f"one JSON object per line (line {number}: {error.msg})"
-                        ) from None
-    else:
-        raise OptionError("path", file, "a .jsonl or .parquet file")
+def _load_cached(file: str, mtime_ns: int, format: str) -> QuestionSet:
+    records, fields = read_records(file)
+    if not records:
+        raise OptionError("path", file, "a file with at least one question")
+    chosen = pick_format(FORMATS, format, fields, file)
+    check_fields(records, FORMATS[chosen], file)
     pairs = []
     for index, record in enumerate(records):
-        if not isinstance(record, dict) or any(field not in record for field in FIELDS):
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise OptionError("path", file, f"records with 'question' and 'answer' fields (record {index} has {keys})")
-        question, answer = str(record["question"]).strip(), str(record["answer"]).strip()
+        if chosen == "metamathqa":
+            question, response = str(record["query"]).strip(), str(record["response"])
+            if ANSWER_MARK not in response:
+                raise OptionError(
+                    "path", file, f"MetaMathQA responses ending in '{ANSWER_MARK} <answer>' (record {index} has none)"
+                )
+            answer = response.rsplit(ANSWER_MARK, 1)[1].strip()
+        else:
+            question, answer = str(record["question"]).strip(), str(record["answer"]).strip()
         if not question or not answer:
             raise OptionError("path", file, f"non-empty questions and answers (record {index} has an empty one)")
         pairs.append((question, answer))
-    if not pairs:
-        raise OptionError("path", file, "a file with at least one question")
     questions = [question for question, _ in pairs]
     return QuestionSet(tuple(pairs), CHARSET | frozenset("".join(questions)), max(map(len, questions)))
-
-
-def _read_parquet(file: str) -> list[dict[str, Any]]:
-    try:
-        import pyarrow.parquet
-    except ImportError:
-        raise ImportError(f"reading the parquet file {file} needs pyarrow: pip install pyarrow") from None
-    table = pyarrow.parquet.read_table(file)
-    missing = [field for field in FIELDS if field not in table.column_names]
-    if missing:
-        raise OptionError(
-            "path", file, f"columns 'question' and 'answer' (missing {missing}; has {table.column_names})"
-        )
-    return table.select(list(FIELDS)).to_pylist()
 
 
 class MathQAEnv(TextEnv):
@@ -109,10 +95,12 @@ class MathQAEnv(TextEnv):
     )
     actions = None
 
-    def __init__(self, path: str | None = None, max_attempts: int = 1, render_mode: str | None = None) -> None:
-        question_set = load_questions(path)
+    def __init__(
+        self, path: str | None = None, max_attempts: int = 1, format: str = "auto", render_mode: str | None = None
+    ) -> None:
+        question_set = load_questions(path, format)
         self.questions = question_set.pairs
-        self.path = path
+        self.path, self.format = path, format
         self.question, self.gold_answer = self.questions[0]
         self._solved = False
         super().__init__(

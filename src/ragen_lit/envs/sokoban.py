@@ -297,6 +297,10 @@ class SokobanEnv(TextEnv):
             reward += SOLVED_BONUS
         return reward, self.room.solved
 
+    def state_key(self) -> tuple[Cell, tuple[Cell, ...]]:
+        """GiGPO's anchor state: the player's cell and the boxes' cells (walls and targets are the group's)."""
+        return self.room.player, tuple(self.boxes)
+
     def _observation(self) -> str:
         room = self.room
         player = format_cell(room.player) + (" (on a target)" if room.player in room.targets else "")

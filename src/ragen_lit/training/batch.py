@@ -19,17 +19,23 @@ def collate(
     """Pad `trajectories` into a batch dict.
 
     Rewards: the episode return sits on the last sampled token (ragen2.md §5); with
-    `turn_level_rewards` each turn's reward sits on that turn's last sampled token instead."""
+    `turn_level_rewards` each turn's reward sits on that turn's last sampled token instead. The same end
+    token carries the turn's anchor state for GiGPO (`turn_state_ids: [B, T] long`): equal ids mark equal
+    env `state_key`s in this batch, -1 where the env gives none and on every other token."""
     if not trajectories:
         raise ValueError("collate needs at least one trajectory")
     input_ids, attention_mask, loss_mask = pad_trajectories(trajectories, pad_token_id)
     sample_logprobs = right_pad([t.sample_logprobs for t in trajectories], 0.0, torch.float32)
     token_rewards = torch.zeros(input_ids.shape, dtype=torch.float32)
     turn_end_mask = torch.zeros(input_ids.shape, dtype=torch.bool)
+    turn_state_ids = torch.full(input_ids.shape, -1, dtype=torch.long)
+    state_ids: dict = {}  # state key -> its id, numbered in order of first appearance
     for b, traj in enumerate(trajectories):
         ends = [turn.response_end - 1 for turn in traj.turns if turn.response_end > turn.prompt_end]
         for end, turn in zip(ends, [t for t in traj.turns if t.response_end > t.prompt_end]):
             turn_end_mask[b, end] = True
+            if turn.state_key is not None:
+                turn_state_ids[b, end] = state_ids.setdefault(turn.state_key, len(state_ids))
             if turn_level_rewards:
                 token_rewards[b, end] += turn.reward
         if not turn_level_rewards and ends:
@@ -41,6 +47,7 @@ def collate(
         "sample_logprobs": sample_logprobs,
         "token_rewards": token_rewards,
         "turn_end_mask": turn_end_mask,
+        "turn_state_ids": turn_state_ids,
         "scores": torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         "group_ids": torch.tensor([t.group for t in trajectories], dtype=torch.long),
     }

@@ -25,7 +25,15 @@ import lightning as L
 import torch
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.algos import actor_loss, estimate_advantages, lr_factor, scale_by_keep_rate, uses_critic, value_loss
+from ragen_lit.algos import (
+    actor_loss,
+    anchored_step_fraction,
+    estimate_advantages,
+    lr_factor,
+    scale_by_keep_rate,
+    uses_critic,
+    value_loss,
+)
 from ragen_lit.config import Config
 from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.logprobs import token_logprobs
@@ -56,6 +64,7 @@ def _no_rows(device: torch.device) -> dict[str, torch.Tensor]:
         "token_rewards": tokens,
         "values": tokens,
         "turn_end_mask": flags,
+        "turn_state_ids": torch.zeros(0, 1, dtype=torch.long, device=device),
         "scores": torch.zeros(0, device=device),
         "group_ids": torch.zeros(0, dtype=torch.long, device=device),
     }
@@ -244,6 +253,10 @@ class AgentRLModule(L.LightningModule):
         }
         if self.critic is not None:
             metrics["critic/value_mean"] = _masked_mean(batch["values"], mask)
+        if self.cfg.algo.advantage == "gigpo":
+            metrics["gigpo/anchored_step_fraction"] = anchored_step_fraction(
+                batch["group_ids"], mask, batch["turn_end_mask"], batch["turn_state_ids"]
+            )
         return metrics
 
     def _estimate_advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -263,6 +276,11 @@ class AgentRLModule(L.LightningModule):
             high_level_gamma=a.high_level_gamma,
             whiten_advantages=a.whiten_advantages,
             reduce=dist_utils.sum_over_ranks,
+            turn_state_ids=batch.get("turn_state_ids"),
+            gigpo_gamma=a.gigpo_gamma,
+            gigpo_episode_weight=a.gigpo_episode_weight,
+            gigpo_step_weight=a.gigpo_step_weight,
+            gigpo_std_normalize=a.gigpo_std_normalize,
         )
 
     def _loss_settings(self) -> dict:
