@@ -56,9 +56,16 @@ def test_a_correct_program_runs_its_tests():
     [
         ("while True:\n    pass", "time limit"),
         # swallows the per-test timer: the parent's wall-time kill ends it
-        ("while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass", "time"),
-        ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-         "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass", ""),
+        (
+            "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass",
+            "time",
+        ),
+        (
+            "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass",
+            "",
+        ),
         ("import os\nwhile True:\n    os.fork()", "os.fork is not allowed"),
         ("import os\nos.system('sleep 30 &')", "os.system is not allowed"),
         ("import subprocess\nsubprocess.Popen(['sleep', '30'])", "not allowed"),
@@ -115,9 +122,7 @@ def test_stderr_flood_is_cut_and_killed():
 def test_the_program_sees_no_environment_and_a_fresh_folder():
     os.environ["RAGEN_SECRET_FOR_TEST"] = "s3cret"
     try:
-        run = run_program(
-            "import os\ndef f():\n    return [dict(os.environ), os.listdir('.')]", [[]], "f", LIMITS
-        )
+        run = run_program("import os\ndef f():\n    return [dict(os.environ), os.listdir('.')]", [[]], "f", LIMITS)
     finally:
         del os.environ["RAGEN_SECRET_FOR_TEST"]
     environment, listing = run.tests[0].output

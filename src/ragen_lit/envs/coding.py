@@ -107,7 +107,9 @@ def _load_cached(file: str, mtime_ns: int) -> ProblemSet:
                     try:
                         records.append(json.loads(line))
                     except json.JSONDecodeError as error:
-                        raise OptionError("path", file, f"one JSON object per line (line {number}: {error.msg})") from None
+                        raise OptionError(
+                            "path", file, f"one JSON object per line (line {number}: {error.msg})"
+                        ) from None
     else:
         raise OptionError("path", file, "a .jsonl or .parquet file")
     problems = []
@@ -306,7 +308,7 @@ def _stdout_matches(expected: str, actual: str) -> bool:
     return True
 
 
-def test_passed(problem: Problem, test: CodeTest, status: str, output: Any) -> bool:
+def passes(problem: Problem, test: CodeTest, status: str, output: Any) -> bool:
     if status != "ok":
         return False
     if problem.fn_name is None:
@@ -388,7 +390,7 @@ class CodingEnv(TextEnv):
         problem = self.problem
         run = run_program(action, [t.input for t in problem.tests], problem.fn_name, self.limits)
         self.last_run = run
-        passed = [test_passed(problem, t, r.status, r.output) for t, r in zip(problem.tests, run.tests)]
+        passed = [passes(problem, t, r.status, r.output) for t, r in zip(problem.tests, run.tests)]
         fraction = sum(passed) / len(problem.tests)
         reward = max(0.0, fraction - self.best_fraction)
         self.best_fraction = max(self.best_fraction, fraction)

@@ -337,8 +337,7 @@ def make_problem(rng: random.Random) -> dict[str, Any]:
         seen.add(key)
         tests.append({"input": args, "output": namespace[fn_name](*json.loads(key))})
     examples = "\n".join(
-        f"{fn_name}({', '.join(repr(a) for a in t['input'])}) == {t['output']!r}"
-        for t in tests[:PUBLIC_TESTS]
+        f"{fn_name}({', '.join(repr(a) for a in t['input'])}) == {t['output']!r}" for t in tests[:PUBLIC_TESTS]
     )
     prompt = f"{statement}\nExamples:\n{examples}"
     return {"prompt": prompt, "fn_name": fn_name, "tests": tests, "public_tests": PUBLIC_TESTS, "solution": solution}

@@ -105,7 +105,11 @@ def _install_audit_hook(workdir, read_roots):
             if args[0] in modules or str(args[0]).split(".")[0] in modules:
                 raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
             return
-        if event == "object.__setattr__" and len(args) > 1 and args[1] in ("__code__", "__defaults__", "__kwdefaults__"):
+        if (
+            event == "object.__setattr__"
+            and len(args) > 1
+            and args[1] in ("__code__", "__defaults__", "__kwdefaults__")
+        ):
             raise PermissionError("sandbox: replacing a function's code or defaults is not allowed")
         if event == "open":
             path = args[0]
