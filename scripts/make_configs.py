@@ -59,6 +59,19 @@ RECIPES = {
         "env.options.path=FILE.jsonl/.json/.parquet)",
         ["env.name=mathqa", "rollout.max_turns=1", "rollout.max_actions_per_turn=1", *TINY_CPU],
     ),
+    "coding": (
+        "Coding (DeepCoder-style): a Python program run in a sandbox against hidden tests, reward = fraction "
+        "passed; two attempts, the second sees the failed tests (bundled generated set, or "
+        "env.options.path=FILE.jsonl/.parquet in DeepCoder/TACO/LiveCodeBench shape)",
+        [
+            "env.name=coding",
+            "env.options={max_attempts: 2}",
+            "rollout.max_turns=2",
+            "rollout.max_actions_per_turn=1",
+            "rollout.max_new_tokens=256",
+            *TINY_CPU,
+        ],
+    ),
 }
 
 

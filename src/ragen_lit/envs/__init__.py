@@ -1,4 +1,4 @@
-"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA.
+"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding.
 
 `make_env(name, **options)` builds one from a config (`env.name`, `env.options`) with errors that
 name the bad config key; importing this package registers every env with gymnasium as
@@ -13,12 +13,14 @@ from typing import Any
 import gymnasium
 
 from ragen_lit.envs.base import OptionError, TextEnv, has_state_key
+from ragen_lit.envs.coding import CodingEnv
 from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.math_qa import MathQAEnv
 from ragen_lit.envs.sokoban import SokobanEnv
 
 ENV_CLASSES: dict[str, type[TextEnv]] = {
+    "coding": CodingEnv,
     "countdown": CountdownEnv,
     "frozenlake": FrozenLakeEnv,
     "mathqa": MathQAEnv,
@@ -26,6 +28,7 @@ ENV_CLASSES: dict[str, type[TextEnv]] = {
 }
 
 GYMNASIUM_IDS: dict[str, str] = {
+    "coding": "ragen_lit/Coding-v0",
     "countdown": "ragen_lit/Countdown-v0",
     "frozenlake": "ragen_lit/FrozenLake-v0",
     "mathqa": "ragen_lit/MathQA-v0",
@@ -66,6 +69,7 @@ _register()
 
 __all__ = [
     "ENV_CLASSES",
+    "CodingEnv",
     "CountdownEnv",
     "FrozenLakeEnv",
     "MathQAEnv",

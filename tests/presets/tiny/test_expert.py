@@ -122,6 +122,15 @@ def test_countdown_and_mathqa_are_answered(chat):
     assert mathqa.success and mathqa.turns[0].reasoning.startswith("The question asks for one number.")
 
 
+def test_coding_is_solved_and_a_wrong_first_attempt_is_repaired(chat):
+    solved = play(chat, make_env("coding"), max_new_tokens=2000)
+    assert solved.success and solved.reward == 1.0 and "I write it directly" in solved.turns[0].reasoning
+    repaired = play(chat, make_env("coding", max_attempts=2), epsilon=1.0, max_new_tokens=2000)
+    assert repaired.success and len(repaired.turns) == 2
+    assert "I try returning the input" in repaired.turns[0].reasoning
+    assert repaired.turns[1].reasoning.startswith("The last program passed")
+
+
 def test_action_budget_reads_the_prompt():
     per_turn = 'You can make up to 2 actions per turn, separated by "||".\n'
     assert action_budget(per_turn + "You have 10 actions left.") == 2

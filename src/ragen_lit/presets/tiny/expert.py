@@ -11,7 +11,9 @@ hole, and where the chosen moves lead. The plan follows a shortest safe path (br
 with probability `epsilon` per turn it is one uniformly random move instead, said as such
 ("I try Up: …"), which leaves the imitating policy imperfect and gives RL something to fix.
 Sokoban (BFS solver), Countdown (exhaustive solver) and MathQA (gold answer) get short replies in
-the same format, so the tiny model follows the format on every env.
+the same format, so the tiny model follows the format on every env. Coding gets the bundled problem's
+reference program, except, with probability `epsilon` on a first attempt, a plausible wrong one (it
+returns its first argument) that the next attempt repairs from the feedback.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from ragen_lit.agent.prompts import assistant_response
 from ragen_lit.engines.base import Generation, SamplingParams
 from ragen_lit.envs.base import format_cell, format_cells
+from ragen_lit.envs.coding import load_problems
 from ragen_lit.envs.countdown import solve as solve_countdown
 from ragen_lit.envs.frozenlake import MOVES as LAKE_MOVES
 from ragen_lit.envs.frozenlake import step_cell
@@ -191,6 +194,7 @@ class ExpertEngine:
         self.epsilon = float(epsilon)
         self.rng = random.Random(seed)
         self._gold_answers: dict[str, str] | None = None
+        self._programs: dict[str, tuple[str, str]] | None = None
 
     def sync(self, model: torch.nn.Module) -> None:
         """The expert has no weights; nothing to sync."""
@@ -216,8 +220,26 @@ class ExpertEngine:
         elif observation.startswith("Board size:") and "\nBoxes: " in observation:
             reasoning, actions = sokoban_reply(observation, max_actions, self.rng, self.epsilon)
         else:
-            reasoning, actions = countdown_reply(observation) or self._math_reply(observation)
+            reasoning, actions = (
+                countdown_reply(observation) or self._coding_reply(observation) or self._math_reply(observation)
+            )
         return assistant_response(reasoning, actions)
+
+    def _coding_reply(self, observation: str) -> tuple[str, list[str]] | None:
+        """The reply to a bundled coding problem (None if `observation` is not one)."""
+        if self._programs is None:
+            self._programs = {p.prompt: (p.fn_name, p.solution) for p in load_problems().problems if p.solution}
+        prompt, _, feedback = observation.partition("\n\nYour program passed")
+        known = self._programs.get(prompt.strip())
+        if known is None:
+            return None
+        fn_name, solution = known
+        if not feedback and self.rng.random() < self.epsilon:
+            return f"The task asks for `{fn_name}`. I try returning the input.", [
+                f"def {fn_name}(*args):\n    return args[0]"
+            ]
+        start = f"The last program passed {feedback.split(' tests.')[0].strip()}; " if feedback else ""
+        return f"{start}The task asks for `{fn_name}`. I write it directly.", [solution.strip()]
 
     def _math_reply(self, question: str) -> tuple[str, list[str]]:
         if self._gold_answers is None:
