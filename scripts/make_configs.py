@@ -72,6 +72,17 @@ RECIPES = {
             *TINY_CPU,
         ],
     ),
+    "search_qa": (
+        "SearchQA-style: search[query] over a BM25 index, then answer[text] (bundled generated 1-3 hop set, or "
+        "env.options.path=QUESTIONS.jsonl corpus_path=CORPUS.jsonl); up to 3 searches, one action per turn",
+        [
+            "env.name=search_qa",
+            "env.options={max_searches: 3, top_k: 3, passage_max_chars: 200, reward: f1}",
+            "rollout.max_turns=4",
+            "rollout.max_actions_per_turn=1",
+            *TINY_CPU,
+        ],
+    ),
 }
 
 

@@ -13,6 +13,7 @@ from ragen_lit.envs import (
     CountdownEnv,
     FrozenLakeEnv,
     MathQAEnv,
+    SearchQAEnv,
     SokobanEnv,
     make_env,
     option_names,
@@ -25,12 +26,13 @@ def test_env_classes_keys():
         "countdown": CountdownEnv,
         "frozenlake": FrozenLakeEnv,
         "mathqa": MathQAEnv,
+        "search_qa": SearchQAEnv,
         "sokoban": SokobanEnv,
     }
 
 
 def test_unknown_env_name():
-    message = "env.name='foo' is not a known environment; allowed: coding, countdown, frozenlake, mathqa, sokoban"
+    message = f"env.name='foo' is not a known environment; allowed: {', '.join(sorted(ENV_CLASSES))}"
     with pytest.raises(ValueError, match="^" + message.replace(".", r"\.") + "$"):
         make_env("foo")
 
@@ -60,6 +62,7 @@ def test_make_env_passes_options():
         ("ragen_lit/Countdown-v0", CountdownEnv),
         ("ragen_lit/MathQA-v0", MathQAEnv),
         ("ragen_lit/Coding-v0", CodingEnv),
+        ("ragen_lit/SearchQA-v0", SearchQAEnv),
     ],
 )
 def test_registered_with_gymnasium(env_id, env_class):
@@ -79,7 +82,7 @@ def test_importing_the_package_alone_registers_the_envs():
     code = (
         "import ragen_lit, gymnasium\n"
         "for env_id in ('ragen_lit/FrozenLake-v0', 'ragen_lit/Sokoban-v0', 'ragen_lit/Countdown-v0', "
-        "'ragen_lit/MathQA-v0', 'ragen_lit/Coding-v0'):\n"
+        "'ragen_lit/MathQA-v0', 'ragen_lit/Coding-v0', 'ragen_lit/SearchQA-v0'):\n"
         "    gymnasium.make(env_id)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -1,4 +1,4 @@
-"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding.
+"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding, SearchQA.
 
 `make_env(name, **options)` builds one from a config (`env.name`, `env.options`) with errors that
 name the bad config key; importing this package registers every env with gymnasium as
@@ -17,6 +17,7 @@ from ragen_lit.envs.coding import CodingEnv
 from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.math_qa import MathQAEnv
+from ragen_lit.envs.search_qa import SearchQAEnv
 from ragen_lit.envs.sokoban import SokobanEnv
 
 ENV_CLASSES: dict[str, type[TextEnv]] = {
@@ -24,6 +25,7 @@ ENV_CLASSES: dict[str, type[TextEnv]] = {
     "countdown": CountdownEnv,
     "frozenlake": FrozenLakeEnv,
     "mathqa": MathQAEnv,
+    "search_qa": SearchQAEnv,
     "sokoban": SokobanEnv,
 }
 
@@ -32,6 +34,7 @@ GYMNASIUM_IDS: dict[str, str] = {
     "countdown": "ragen_lit/Countdown-v0",
     "frozenlake": "ragen_lit/FrozenLake-v0",
     "mathqa": "ragen_lit/MathQA-v0",
+    "search_qa": "ragen_lit/SearchQA-v0",
     "sokoban": "ragen_lit/Sokoban-v0",
 }
 
@@ -73,6 +76,7 @@ __all__ = [
     "CountdownEnv",
     "FrozenLakeEnv",
     "MathQAEnv",
+    "SearchQAEnv",
     "SokobanEnv",
     "TextEnv",
     "has_state_key",

@@ -3,6 +3,9 @@ and well-formed replies on every env."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ragen_lit.agent.chat import ChatFormat
@@ -12,6 +15,7 @@ from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
 from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
+from ragen_lit.envs.search_qa import SearchQAEnv
 from ragen_lit.envs.sokoban import SokobanEnv
 from ragen_lit.presets.tiny.expert import ExpertEngine, action_budget, best_move, distances_to, last_state, parse_lake
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer
@@ -154,3 +158,78 @@ def test_generate_cuts_at_max_new_tokens(chat):
 def test_bad_epsilon_is_refused():
     with pytest.raises(ValueError, match="epsilon"):
         ExpertEngine(byte_tokenizer(), epsilon=1.5)
+
+
+# ------------------------------------------------------------------------------------------------- SearchQA
+WORLD = [
+    ("Zorvex Labs", "Zorvex Labs is a company headquartered in Merrowick. It was founded by Alda Voss in 1987."),
+    ("Alda Voss", "Alda Voss works as a chemist. Alda Voss was born in Tarnholt."),
+    ("Tarnholt", "Tarnholt is a city in Valdoria. It has a market."),
+    ("Merrowick", "Merrowick is a city in Ostria. It has a harbour."),
+]
+
+
+def search_env(tmp_path, question, answer, **options):
+    (tmp_path / "q.jsonl").write_text(json.dumps({"question": question, "answer": answer}) + "\n")
+    corpus = [json.dumps({"id": str(i), "title": title, "text": text}) for i, (title, text) in enumerate(WORLD)]
+    (tmp_path / "c.jsonl").write_text("\n".join(corpus) + "\n")
+    return SearchQAEnv(path=str(tmp_path / "q.jsonl"), corpus_path=str(tmp_path / "c.jsonl"), **options)
+
+
+def test_search_qa_reply_follows_the_chain_by_hand(chat, tmp_path):
+    env = search_env(tmp_path, "Which country is the birthplace of the founder of Zorvex Labs?", "Valdoria")
+    trajectory = play(chat, env)
+    assert trajectory.success and trajectory.reward == 1.0
+    assert [turn.reasoning for turn in trajectory.turns] == [
+        "I need the founder of Zorvex Labs, then the birthplace, then the country. I search Zorvex Labs.",
+        "The founder of Zorvex Labs is Alda Voss. I search Alda Voss.",
+        "The birthplace of Alda Voss is Tarnholt. I search Tarnholt.",
+        "The country of Tarnholt is Valdoria. The answer is Valdoria.",
+    ]
+    assert [turn.actions for turn in trajectory.turns] == [
+        ["search[Zorvex Labs]"],
+        ["search[Alda Voss]"],
+        ["search[Tarnholt]"],
+        ["answer[Valdoria]"],
+    ]
+
+
+def test_search_qa_reply_guesses_when_the_searches_run_out(chat, tmp_path):
+    env = search_env(
+        tmp_path, "Which country is the birthplace of the founder of Zorvex Labs?", "Valdoria", max_searches=2
+    )
+    trajectory = play(chat, env)
+    assert not trajectory.success and trajectory.turns[-1].actions == ["answer[Tarnholt]"]
+    assert trajectory.turns[-1].reasoning.endswith("No searches left; I guess Tarnholt.")
+    assert all(turn.valid for turn in trajectory.turns)
+
+
+def test_search_qa_noise_searches_the_question(chat, tmp_path):
+    question = "In which city is Zorvex Labs headquartered?"
+    trajectory = play(chat, search_env(tmp_path, question, "Merrowick"), epsilon=1.0)
+    assert trajectory.turns[0].actions == [f"search[{question}]"]
+    # the question's results hold the company's passage: the fact is read from there
+    assert trajectory.success and len(trajectory.turns) == 2
+
+
+def test_search_qa_other_questions_get_a_well_formed_reply(chat):
+    fixtures = Path(__file__).resolve().parents[2] / "envs" / "fixtures"
+    env = SearchQAEnv(path=str(fixtures / "nq_open.jsonl"), corpus_path=str(fixtures / "corpus.jsonl"))
+    trajectory = play(chat, env)
+    assert [turn.actions for turn in trajectory.turns] == [
+        ["search[who wrote the novel moby dick]"],
+        ["answer[Moby-Dick]"],
+    ]
+
+
+@pytest.mark.parametrize("epsilon, low, high", [(0.0, 1.0, 1.0), (0.3, 0.6, 0.98)])
+def test_search_qa_expert_success_rate_on_the_bundled_set(chat, epsilon, low, high):
+    """Without noise the expert answers every bundled question (1 to 3 searches); with noise it wastes searches
+    and sometimes runs out, which leaves the imitating policy something to learn."""
+    expert = ExpertEngine(chat.tokenizer, epsilon=epsilon, seed=0)
+    seeds = list(range(200))
+    limits = EpisodeLimits(max_new_tokens=400, max_context_tokens=16384)
+    trajectories = rollout(expert, lambda: make_env("search_qa"), seeds, seeds, chat, limits, SamplingParams())
+    success = sum(t.success for t in trajectories) / len(trajectories)
+    assert low <= success <= high, success
+    assert all(turn.valid for t in trajectories for turn in t.turns)

@@ -13,7 +13,10 @@ with probability `epsilon` per turn it is one uniformly random move instead, sai
 Sokoban (BFS solver), Countdown (exhaustive solver) and MathQA (gold answer) get short replies in
 the same format, so the tiny model follows the format on every env. Coding gets the bundled problem's
 reference program, except, with probability `epsilon` on a first attempt, a plausible wrong one (it
-returns its first argument) that the next attempt repairs from the feedback.
+returns its first argument) that the next attempt repairs from the feedback. SearchQA is played like an agent
+would: it reads the question's chain of relations, searches the entity it needs next, reads the fact off
+that entity's passage (any passage the episode has shown so far) and answers once the chain is resolved;
+with probability `epsilon` per search it searches the question as asked instead, which can waste a search.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ragen_lit.envs.countdown import solve as solve_countdown
 from ragen_lit.envs.frozenlake import MOVES as LAKE_MOVES
 from ragen_lit.envs.frozenlake import step_cell
 from ragen_lit.envs.math_qa import load_questions
+from ragen_lit.envs.search_qa_synthetic import RELATIONS, parse_question, read_relation
 from ragen_lit.envs.sokoban import Room
 from ragen_lit.envs.sokoban import solve as solve_sokoban
 
@@ -42,6 +46,8 @@ _STATE_END = "\nYou have "
 _ACTIONS_LEFT = re.compile(r"You have (\d+) actions left")
 _ACTIONS_PER_TURN = re.compile(r"You can make up to (\d+) actions per turn")
 _COUNTDOWN = re.compile(r"^Target: (-?\d+)\nNumbers: \[([\d, ]*)\]$")
+_SEARCH_QA = re.compile(r"^Question: (?P<question>.*)\nSearches left: (?P<left>\d+)(?:\n|$)")
+_PASSAGE = re.compile(r"^\[\d+\] (?P<title>.*?): (?P<text>.*)$", re.MULTILINE)
 
 
 def last_state(prompt: str) -> str:
@@ -52,6 +58,18 @@ def last_state(prompt: str) -> str:
     start += len(_STATE)
     end = prompt.rfind(_STATE_END)
     return prompt[start:end] if end > start else prompt[start:]
+
+
+def all_states(prompt: str) -> list[str]:
+    """The observations of every user turn so far, in order."""
+    states = []
+    start = prompt.find(_STATE)
+    while start >= 0:
+        start += len(_STATE)
+        end = prompt.find(_STATE_END, start)
+        states.append(prompt[start:end] if end >= 0 else prompt[start:])
+        start = prompt.find(_STATE, start)
+    return states
 
 
 def action_budget(prompt: str) -> int:
@@ -178,12 +196,51 @@ def countdown_reply(observation: str) -> tuple[str, list[str]] | None:
     return f"Target {target} from {', '.join(map(str, numbers))}. {expression} = {target}.", [expression]
 
 
+# -------------------------------------------------------------------------------------------- SearchQA
+def search_qa_reply(prompt: str, rng: random.Random, epsilon: float) -> tuple[str, list[str]] | None:
+    """Reasoning and the action for one SearchQA turn (see the module docstring); None if the current
+    observation is not a SearchQA one."""
+    state = _SEARCH_QA.match(last_state(prompt))
+    if state is None:
+        return None
+    question, searches_left = state.group("question"), int(state.group("left"))
+    left = _ACTIONS_LEFT.findall(prompt)
+    can_search = searches_left > 0 and (not left or int(left[-1]) > 1)
+    passages: dict[str, str] = {}
+    for observation in all_states(prompt):
+        for match in _PASSAGE.finditer(observation):
+            passages.setdefault(match.group("title"), match.group("text"))
+    parsed = parse_question(question)
+    if parsed is None:  # not a generated question: search it, then answer with the best passage's title
+        last = _PASSAGE.search(last_state(prompt))
+        if last is None and can_search:
+            return "I search the question as asked.", [f"search[{question[:150]}]"]
+        title = last.group("title") if last else "unknown"
+        return f"The best passage is about {title}.", [f"answer[{title}]"]
+    entity, chain = parsed
+    nouns = [RELATIONS[relation].noun for relation in chain]
+    # the plan until a fact is known, then only the latest fact: short replies that still depend on the input
+    text = f"I need the {nouns[0]} of {entity}" + "".join(f", then the {noun}" for noun in nouns[1:]) + "."
+    for relation in chain:
+        value = read_relation(entity, passages[entity], relation) if entity in passages else None
+        if value is None:
+            if not can_search:
+                return text + f" No searches left; I guess {entity}.", [f"answer[{entity}]"]
+            if rng.random() < epsilon:
+                return text + " I search the question as asked.", [f"search[{question}]"]
+            return text + f" I search {entity}.", [f"search[{entity}]"]
+        text = f"The {RELATIONS[relation].noun} of {entity} is {value}."
+        entity = value
+    return text + f" The answer is {entity}.", [f"answer[{entity}]"]
+
+
 class ExpertEngine:
     """An `Engine` that plays every ragen_lit env by script (see the module docstring).
 
     Args:
         tokenizer: decodes the prompts and encodes the replies (any tokenizer with the atomic tags).
-        epsilon: probability, per FrozenLake/Sokoban turn, that the plan is one random move.
+        epsilon: probability, per FrozenLake/Sokoban turn, that the plan is one random move (per SearchQA
+            search, that the question is searched as asked).
         seed: seeds the random moves; the same calls in the same order give the same replies.
     """
 
@@ -221,7 +278,10 @@ class ExpertEngine:
             reasoning, actions = sokoban_reply(observation, max_actions, self.rng, self.epsilon)
         else:
             reasoning, actions = (
-                countdown_reply(observation) or self._coding_reply(observation) or self._math_reply(observation)
+                search_qa_reply(prompt, self.rng, self.epsilon)
+                or countdown_reply(observation)
+                or self._coding_reply(observation)
+                or self._math_reply(observation)
             )
         return assistant_response(reasoning, actions)
 
