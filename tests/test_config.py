@@ -145,7 +145,8 @@ def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [
-        "error: env.name='nonsense' is not a known environment; allowed: countdown, frozenlake, mathqa, sokoban"
+        "error: env.name='nonsense' is not a known environment; "
+        "allowed: countdown, frozenlake, mathqa, sokoban, webshop"
     ]
 
 

@@ -63,7 +63,7 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     name: str = "frozenlake"
-    """environment: frozenlake | sokoban | countdown | mathqa"""
+    """environment: frozenlake | sokoban | countdown | mathqa | webshop"""
     options: dict = field(default_factory=dict)
     """constructor options of the environment (e.g. size, p, success_rate for frozenlake)"""
 

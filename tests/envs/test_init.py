@@ -7,7 +7,16 @@ import gymnasium
 import pytest
 
 import ragen_lit.envs
-from ragen_lit.envs import ENV_CLASSES, CountdownEnv, FrozenLakeEnv, MathQAEnv, SokobanEnv, make_env, option_names
+from ragen_lit.envs import (
+    ENV_CLASSES,
+    CountdownEnv,
+    FrozenLakeEnv,
+    MathQAEnv,
+    SokobanEnv,
+    WebShopEnv,
+    make_env,
+    option_names,
+)
 
 
 def test_env_classes_keys():
@@ -16,11 +25,12 @@ def test_env_classes_keys():
         "frozenlake": FrozenLakeEnv,
         "mathqa": MathQAEnv,
         "sokoban": SokobanEnv,
+        "webshop": WebShopEnv,
     }
 
 
 def test_unknown_env_name():
-    message = "env.name='foo' is not a known environment; allowed: countdown, frozenlake, mathqa, sokoban"
+    message = "env.name='foo' is not a known environment; allowed: countdown, frozenlake, mathqa, sokoban, webshop"
     with pytest.raises(ValueError, match="^" + message.replace(".", r"\.") + "$"):
         make_env("foo")
 
@@ -49,6 +59,7 @@ def test_make_env_passes_options():
         ("ragen_lit/Sokoban-v0", SokobanEnv),
         ("ragen_lit/Countdown-v0", CountdownEnv),
         ("ragen_lit/MathQA-v0", MathQAEnv),
+        ("ragen_lit/WebShop-v0", WebShopEnv),
     ],
 )
 def test_registered_with_gymnasium(env_id, env_class):
@@ -68,7 +79,7 @@ def test_importing_the_package_alone_registers_the_envs():
     code = (
         "import ragen_lit, gymnasium\n"
         "for env_id in ('ragen_lit/FrozenLake-v0', 'ragen_lit/Sokoban-v0', 'ragen_lit/Countdown-v0', "
-        "'ragen_lit/MathQA-v0'):\n"
+        "'ragen_lit/MathQA-v0', 'ragen_lit/WebShop-v0'):\n"
         "    gymnasium.make(env_id)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -1,4 +1,4 @@
-"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA.
+"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, WebShop (lite).
 
 `make_env(name, **options)` builds one from a config (`env.name`, `env.options`) with errors that
 name the bad config key; importing this package registers every env with gymnasium as
@@ -17,12 +17,14 @@ from ragen_lit.envs.countdown import CountdownEnv
 from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.math_qa import MathQAEnv
 from ragen_lit.envs.sokoban import SokobanEnv
+from ragen_lit.envs.webshop import WebShopEnv
 
 ENV_CLASSES: dict[str, type[TextEnv]] = {
     "countdown": CountdownEnv,
     "frozenlake": FrozenLakeEnv,
     "mathqa": MathQAEnv,
     "sokoban": SokobanEnv,
+    "webshop": WebShopEnv,
 }
 
 GYMNASIUM_IDS: dict[str, str] = {
@@ -30,6 +32,7 @@ GYMNASIUM_IDS: dict[str, str] = {
     "frozenlake": "ragen_lit/FrozenLake-v0",
     "mathqa": "ragen_lit/MathQA-v0",
     "sokoban": "ragen_lit/Sokoban-v0",
+    "webshop": "ragen_lit/WebShop-v0",
 }
 
 
@@ -71,6 +74,7 @@ __all__ = [
     "MathQAEnv",
     "SokobanEnv",
     "TextEnv",
+    "WebShopEnv",
     "make_env",
     "option_names",
 ]
