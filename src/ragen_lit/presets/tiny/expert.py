@@ -11,7 +11,8 @@ hole, and where the chosen moves lead. The plan follows a shortest safe path (br
 with probability `epsilon` per turn it is one uniformly random move instead, said as such
 ("I try Up: …"), which leaves the imitating policy imperfect and gives RL something to fix.
 Sokoban (BFS solver), Countdown (exhaustive solver) and MathQA (gold answer) get short replies in
-the same format, so the tiny model follows the format on every env.
+the same format, so the tiny model follows the format on every env; WebShop pages go to the scripted
+shopper of `tiny/expert_webshop.py`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from ragen_lit.envs.frozenlake import step_cell
 from ragen_lit.envs.math_qa import load_questions
 from ragen_lit.envs.sokoban import Room
 from ragen_lit.envs.sokoban import solve as solve_sokoban
+from ragen_lit.envs.webshop import HEADER as WEBSHOP_HEADER
+from ragen_lit.presets.tiny.expert_webshop import webshop_reply
 
 Cell = tuple[int, int]
 _STATE = "State:\n"
@@ -215,6 +218,8 @@ class ExpertEngine:
             reasoning, actions = lake_reply(observation, max_actions, self.rng, self.epsilon)
         elif observation.startswith("Board size:") and "\nBoxes: " in observation:
             reasoning, actions = sokoban_reply(observation, max_actions, self.rng, self.epsilon)
+        elif observation.startswith(WEBSHOP_HEADER + "\nInstruction: "):
+            reasoning, actions = webshop_reply(observation, prompt, self.rng, self.epsilon)
         else:
             reasoning, actions = countdown_reply(observation) or self._math_reply(observation)
         return assistant_response(reasoning, actions)
