@@ -115,12 +115,11 @@ def _load_cached(file: str, mtime_ns: int) -> Shop:
     try:
         with open(file, encoding="utf-8") as handle:
             data = json.load(handle)
-        return shop_from_dict(data)
     except json.JSONDecodeError as error:
         raise OptionError("path", file, f"a JSON file ({error.msg} at line {error.lineno})") from None
+    try:
+        return shop_from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        if isinstance(error, OptionError):
-            raise
         raise OptionError("path", file, f"a WebShop catalog with 'products' and 'goals' ({error!r:.120})") from None
 
 
