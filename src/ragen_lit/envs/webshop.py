@@ -19,6 +19,11 @@ As in WebShop, searching is only possible from the search page. Search ranks pro
 score (`search_products`): every distinct query word found in a product's title counts 2, one found
 only in its type, category or attributes counts 1; products scoring 0 are left out, ties go by
 catalog order, and at most `MAX_RESULTS` are listed (WebShop lists the top 50 of a BM25 search).
+
+Other differences from WebShop, all for a small offline catalog: no description, features or reviews
+sub-pages (the product page lists the attributes); attributes and options match exactly where WebShop
+matches fuzzily; the product's type name stands for the title nouns WebShop extracts with spaCy.
+The reward comes at `buy` only (0 for every other step and for an episode that runs out of actions).
 """
 
 from __future__ import annotations
