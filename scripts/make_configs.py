@@ -83,6 +83,13 @@ RECIPES = {
             *TINY_CPU,
         ],
     ),
+    # WebShop pages are long for the tiny model's 2048-token window: 6 turns of search, click, options and buy
+    # (the scripted expert needs 3-5) still fit it.
+    "webshop": (
+        "WebShop (lite): search, click and buy on the bundled generated catalog (env.options.path=FILE.json for "
+        "another); WebShop's reward (type, attribute, option and price match), GRPO + SNR-aware filtering",
+        ["env.name=webshop", "rollout.max_turns=6", *TINY_CPU],
+    ),
 }
 
 

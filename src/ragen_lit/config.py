@@ -64,7 +64,7 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     name: str = "frozenlake"
-    """environment: frozenlake | sokoban | countdown | mathqa | coding | search_qa"""
+    """environment: frozenlake | sokoban | countdown | mathqa | coding | search_qa | webshop"""
     options: dict = field(default_factory=dict)
     """constructor options of the environment (e.g. size, p, success_rate for frozenlake)"""
 

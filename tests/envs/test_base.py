@@ -16,7 +16,15 @@ def test_contract_shared_by_every_env(name):
     assert env_class.validation_seeds == range(123, 635) and env_class.train_seed_base == 10000
     assert env.instruction and "\n" not in env.instruction
     assert set(env.instruction) <= CHARSET
-    expected_budget = {"frozenlake": 10, "sokoban": 10, "countdown": 1, "mathqa": 1, "coding": 1, "search_qa": 4}[name]
+    expected_budget = {
+        "frozenlake": 10,
+        "sokoban": 10,
+        "countdown": 1,
+        "mathqa": 1,
+        "coding": 1,
+        "search_qa": 4,
+        "webshop": 9,
+    }[name]
     assert env.max_actions_per_episode == expected_budget
     assert env.metadata["render_modes"] == ["ansi"]
 

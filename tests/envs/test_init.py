@@ -15,6 +15,7 @@ from ragen_lit.envs import (
     MathQAEnv,
     SearchQAEnv,
     SokobanEnv,
+    WebShopEnv,
     make_env,
     option_names,
 )
@@ -28,6 +29,7 @@ def test_env_classes_keys():
         "mathqa": MathQAEnv,
         "search_qa": SearchQAEnv,
         "sokoban": SokobanEnv,
+        "webshop": WebShopEnv,
     }
 
 
@@ -63,6 +65,7 @@ def test_make_env_passes_options():
         ("ragen_lit/MathQA-v0", MathQAEnv),
         ("ragen_lit/Coding-v0", CodingEnv),
         ("ragen_lit/SearchQA-v0", SearchQAEnv),
+        ("ragen_lit/WebShop-v0", WebShopEnv),
     ],
 )
 def test_registered_with_gymnasium(env_id, env_class):
@@ -82,7 +85,7 @@ def test_importing_the_package_alone_registers_the_envs():
     code = (
         "import ragen_lit, gymnasium\n"
         "for env_id in ('ragen_lit/FrozenLake-v0', 'ragen_lit/Sokoban-v0', 'ragen_lit/Countdown-v0', "
-        "'ragen_lit/MathQA-v0', 'ragen_lit/Coding-v0', 'ragen_lit/SearchQA-v0'):\n"
+        "'ragen_lit/MathQA-v0', 'ragen_lit/Coding-v0', 'ragen_lit/SearchQA-v0', 'ragen_lit/WebShop-v0'):\n"
         "    gymnasium.make(env_id)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -1,4 +1,5 @@
-"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding, SearchQA.
+"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding, SearchQA,
+WebShop (lite).
 
 `make_env(name, **options)` builds one from a config (`env.name`, `env.options`) with errors that
 name the bad config key; importing this package registers every env with gymnasium as
@@ -19,6 +20,7 @@ from ragen_lit.envs.frozenlake import FrozenLakeEnv
 from ragen_lit.envs.math_qa import MathQAEnv
 from ragen_lit.envs.search_qa import SearchQAEnv
 from ragen_lit.envs.sokoban import SokobanEnv
+from ragen_lit.envs.webshop import WebShopEnv
 
 ENV_CLASSES: dict[str, type[TextEnv]] = {
     "coding": CodingEnv,
@@ -27,6 +29,7 @@ ENV_CLASSES: dict[str, type[TextEnv]] = {
     "mathqa": MathQAEnv,
     "search_qa": SearchQAEnv,
     "sokoban": SokobanEnv,
+    "webshop": WebShopEnv,
 }
 
 GYMNASIUM_IDS: dict[str, str] = {
@@ -36,6 +39,7 @@ GYMNASIUM_IDS: dict[str, str] = {
     "mathqa": "ragen_lit/MathQA-v0",
     "search_qa": "ragen_lit/SearchQA-v0",
     "sokoban": "ragen_lit/Sokoban-v0",
+    "webshop": "ragen_lit/WebShop-v0",
 }
 
 
@@ -79,6 +83,7 @@ __all__ = [
     "SearchQAEnv",
     "SokobanEnv",
     "TextEnv",
+    "WebShopEnv",
     "has_state_key",
     "make_env",
     "option_names",

@@ -17,6 +17,7 @@ returns its first argument) that the next attempt repairs from the feedback. Sea
 would: it reads the question's chain of relations, searches the entity it needs next, reads the fact off
 that entity's passage (any passage the episode has shown so far) and answers once the chain is resolved;
 with probability `epsilon` per search it searches the question as asked instead, which can waste a search.
+WebShop pages go to the scripted shopper of `tiny/expert_webshop.py`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from ragen_lit.envs.math_qa import load_questions
 from ragen_lit.envs.search_qa_synthetic import RELATIONS, parse_question, read_relation
 from ragen_lit.envs.sokoban import Room
 from ragen_lit.envs.sokoban import solve as solve_sokoban
+from ragen_lit.envs.webshop import HEADER as WEBSHOP_HEADER
+from ragen_lit.presets.tiny.expert_webshop import webshop_reply
 
 Cell = tuple[int, int]
 _STATE = "State:\n"
@@ -276,6 +279,8 @@ class ExpertEngine:
             reasoning, actions = lake_reply(observation, max_actions, self.rng, self.epsilon)
         elif observation.startswith("Board size:") and "\nBoxes: " in observation:
             reasoning, actions = sokoban_reply(observation, max_actions, self.rng, self.epsilon)
+        elif observation.startswith(WEBSHOP_HEADER + "\nInstruction: "):
+            reasoning, actions = webshop_reply(observation, prompt, self.rng, self.epsilon)
         else:
             reasoning, actions = (
                 search_qa_reply(prompt, self.rng, self.epsilon)
