@@ -1,5 +1,7 @@
 """The rollout loop's token-in/token-out contract, with a scripted engine (no model)."""
 
+import threading
+import time
 from functools import partial
 
 import pytest
@@ -160,3 +162,43 @@ def len_first(chat):
     env = FrozenLakeEnv.from_grid(GRID)
     obs, _ = env.reset(seed=0)
     return len(chat.first_prompt_ids(system_prompt(env.instruction, env.actions, 2), user_message(1, obs, 10)))
+
+
+class _WaitingFrozenLake(FrozenLakeEnv):
+    """FrozenLake whose steps wait 0.3 s, as a sandboxed program does (`steps_wait`)."""
+
+    steps_wait = True
+    lock = threading.Lock()
+    running = 0
+    most_at_once = 0
+
+    def step(self, action):
+        cls = type(self)
+        with cls.lock:
+            cls.running += 1
+            cls.most_at_once = max(cls.most_at_once, cls.running)
+        time.sleep(0.3)
+        try:
+            return super().step(action)
+        finally:
+            with cls.lock:
+                cls.running -= 1
+
+
+def test_envs_whose_steps_wait_are_stepped_together_with_the_same_result(chat):
+    replies = ["go</think><answer>Right || Right</answer>", "go</think><answer>Down</answer>"]
+    limits = EpisodeLimits(max_turns=2)
+    waiting = rollout(
+        ScriptedEngine(chat, replies),
+        partial(_WaitingFrozenLake.from_grid, GRID),
+        [0] * 6,
+        [0] * 6,
+        chat,
+        limits,
+        SamplingParams(seed=1),
+    )
+    assert _WaitingFrozenLake.most_at_once == 6  # every episode's step ran at once, not one after another
+    _, plain = _run(chat, replies, limits=limits, n=6)
+    for a, b in zip(waiting, plain):
+        assert a.token_ids == b.token_ids and a.reward == b.reward and a.success == b.success
+        assert [t.actions for t in a.turns] == [t.actions for t in b.turns]

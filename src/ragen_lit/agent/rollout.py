@@ -3,13 +3,16 @@
 Every turn, all unfinished episodes are generated in one engine call; the sampled ids are appended to
 the trajectory unchanged (token-in/token-out), the text is parsed into actions, the actions are
 executed in the env, and the env's reply is appended as the next user message. The training sequence
-is therefore exactly the ids the policy saw and sampled, with the loss mask on sampled ids only.
+is therefore exactly the ids the policy saw and sampled, with the loss mask on sampled ids only. Envs whose
+steps wait on something else (`TextEnv.steps_wait`: the coding sandbox) have a turn's episodes stepped in
+threads at once; every episode's own actions still run in order, so results do not depend on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.parsing import parse_response
@@ -26,6 +29,45 @@ class EpisodeLimits:
     max_new_tokens: int = 100
     max_context_tokens: int = 2048
     format_penalty: float = -0.1
+
+
+@dataclass
+class _Acted:
+    """What one turn's actions did to one episode's env."""
+
+    executed: list = field(default_factory=list)
+    reward: float = 0.0
+    done: bool = False
+    success: bool | None = None  # None: no valid action ran (the episode's success stays as it was)
+    observation: str | None = None
+
+
+def _act(env, raw_actions: Sequence[str], budget: int) -> _Acted:
+    """Run `raw_actions` in order until the budget is spent or the episode ends; invalid ones are skipped."""
+    acted = _Acted()
+    for raw in raw_actions:
+        if len(acted.executed) >= budget or acted.done:
+            break
+        action = env.parse_action(raw)
+        if action is None:
+            continue
+        obs, reward, terminated, truncated, info = env.step(action)
+        if not info.get("action_valid", True):
+            continue
+        acted.executed.append(action)
+        acted.reward += float(reward)
+        acted.observation = obs
+        acted.success = bool(info.get("success", False))
+        acted.done = terminated or truncated
+    return acted
+
+
+def _act_all(envs: Sequence, actions: Sequence[Sequence[str]], budgets: Sequence[int]) -> list[_Acted]:
+    """`_act` for every episode: in threads when an env's steps wait (`TextEnv.steps_wait`), else in order."""
+    if len(envs) > 1 and any(getattr(e, "steps_wait", False) for e in envs):
+        with ThreadPoolExecutor(max_workers=min(len(envs), 32)) as pool:
+            return list(pool.map(_act, envs, actions, budgets))
+    return [_act(e, a, b) for e, a, b in zip(envs, actions, budgets)]
 
 
 def rollout(
@@ -77,32 +119,27 @@ def rollout(
         if params.seed is not None:
             params.seed = sampling.seed + turn
         generations = engine.generate([trajectories[i].token_ids for i in active], params)
+        # the state each turn's prompt showed, before its actions run
+        state_keys = [envs[i].state_key() for i in active]
+        parsed_all = [
+            parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
+            for gen in generations
+        ]
+        acted_all = _act_all(
+            [envs[i] for i in active], [p.actions for p in parsed_all], [max(actions_left[i], 0) for i in active]
+        )
         still_active = []
-        for i, gen in zip(active, generations):
-            traj, env = trajectories[i], envs[i]
-            state_key = env.state_key()  # the state this turn's prompt showed, before its actions run
+        for i, gen, parsed, acted, state_key in zip(active, generations, parsed_all, acted_all, state_keys):
+            traj = trajectories[i]
             prompt_end = len(traj.token_ids)
             traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
             response_end = len(traj.token_ids)
-            parsed = parse_response(
-                tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn
-            )
-            turn_reward, executed, done = 0.0, [], False
-            for raw in parsed.actions:
-                if actions_left[i] <= 0 or done:
-                    break
-                action = env.parse_action(raw)
-                if action is None:
-                    continue
-                obs, reward, terminated, truncated, info = env.step(action)
-                if not info.get("action_valid", True):
-                    continue
-                executed.append(action)
-                actions_left[i] -= 1
-                turn_reward += float(reward)
-                observations[i] = obs
-                traj.success = bool(info.get("success", False))
-                done = terminated or truncated
+            executed, turn_reward, done = acted.executed, acted.reward, acted.done
+            actions_left[i] -= len(executed)
+            if acted.observation is not None:
+                observations[i] = acted.observation
+            if acted.success is not None:
+                traj.success = acted.success
             valid = bool(executed)
             if not valid:
                 turn_reward += limits.format_penalty

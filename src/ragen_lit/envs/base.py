@@ -66,6 +66,9 @@ class TextEnv(gymnasium.Env[str, str]):
     # The reference validates on seeds 123..634 and trains on seeds from 10000 upwards (§3.1).
     validation_seeds: ClassVar[range] = range(123, 123 + 512)
     train_seed_base: ClassVar[int] = 10000
+    # True for envs whose `step` mostly waits (a subprocess, I/O): the rollout loop then steps all of a turn's
+    # episodes of this env at once, in threads, instead of one after another
+    steps_wait: ClassVar[bool] = False
 
     def __init__(
         self,

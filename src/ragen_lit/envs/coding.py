@@ -328,6 +328,7 @@ class CodingEnv(TextEnv):
         "it runs against hidden tests and scores the fraction it passes."
     )
     actions = None
+    steps_wait = True  # a step waits for its sandboxed program: the rollout loop runs a turn's steps in threads
 
     def __init__(
         self,
