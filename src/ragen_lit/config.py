@@ -247,6 +247,9 @@ class DiagnosticsConfig:
     """alarm rule: and fell by more than this over those k+1 values (z-units; ignores noise)"""
     collapse_min_drop_retrieval: float = checked(0.1, ge=0)
     """the same minimum drop when the z-score is missing and retrieval accuracy above chance is used (a fraction)"""
+    collapse_min_relative_drop: float = checked(0.25, ge=0, le=1)
+    """alarm rule: and that drop is at least this fraction of the first of those values (a high MI that wobbles
+    down a little is not a collapse)"""
     collapse_entropy_tolerance: float = checked(0.25, ge=0, le=1)
     """alarm rule: and the conditional entropy is still >= (1 - this) x its first-diagnostics value (a collapse of
     the entropy too is a low-entropy deterministic policy, not template collapse)"""

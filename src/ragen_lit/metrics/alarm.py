@@ -5,7 +5,9 @@ Definition. Over the stream of diagnostics (one entry per diagnostics iteration,
 `collapse.CollapseDiagnostics` returns), the alarm is on at an entry when all three hold:
 
 1. the MI signal fell at each of the last `patience` = k entries: the last k+1 values are strictly decreasing;
-2. its total drop over those k+1 values (first minus last) exceeds `min_drop` (so noise does not fire it);
+2. its total drop over those k+1 values (first minus last) exceeds `min_drop` (so noise does not fire it) and
+   is at least `min_relative_drop` of the first of them (a healthy run whose MI z-score wobbles from 6.2 down
+   to 5.1 keeps its reasoning input-grounded; template collapse takes the MI towards zero);
 3. the conditional entropy of the current entry is at least (1 − `entropy_tolerance`) × its value at the first
    diagnostics of the run: the entropy did not fall with the MI. If it did, the policy has become
    low-entropy and deterministic, the other regime, which is not template collapse. (A rising entropy
@@ -40,13 +42,15 @@ def mi_signal(metrics: Mapping[str, float]) -> tuple[str, float] | None:
     return None
 
 
-def falling_for(values: list[float], patience: int, min_drop: float) -> bool:
-    """Rules 1-2: the last patience+1 values strictly decrease and their first minus last exceeds min_drop."""
+def falling_for(values: list[float], patience: int, min_drop: float, min_relative_drop: float = 0.0) -> bool:
+    """Rules 1-2: the last patience+1 values strictly decrease, their first minus last exceeds min_drop and is at
+    least min_relative_drop x |first|."""
     window = values[-(patience + 1) :]
     return (
         len(window) == patience + 1
         and all(a > b for a, b in zip(window, window[1:]))
         and window[0] - window[-1] > min_drop
+        and window[0] - window[-1] >= min_relative_drop * abs(window[0])
     )
 
 
@@ -60,11 +64,17 @@ class CollapseAlarm:
     diagnostics' entropy and whether it is on. Its state is a plain dict (`state_dict`), for checkpoints."""
 
     def __init__(
-        self, patience: int = 3, entropy_tolerance: float = 0.25, min_drop: float = 0.5, min_drop_retrieval: float = 0.1
+        self,
+        patience: int = 3,
+        entropy_tolerance: float = 0.25,
+        min_drop: float = 0.5,
+        min_drop_retrieval: float = 0.1,
+        min_relative_drop: float = 0.25,
     ):
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.patience, self.entropy_tolerance = patience, entropy_tolerance
+        self.min_relative_drop = min_relative_drop
         self.min_drops = {"mi_zscore_ema": min_drop, "retrieval_above_chance": min_drop_retrieval}
         self.signal: str | None = None
         self.values: list[float] = []
@@ -87,7 +97,7 @@ class CollapseAlarm:
         self.on = (
             entropy is not None
             and self.first_entropy is not None
-            and falling_for(self.values, self.patience, self.min_drops[signal])
+            and falling_for(self.values, self.patience, self.min_drops[signal], self.min_relative_drop)
             and entropy_held(entropy, self.first_entropy, self.entropy_tolerance)
         )
         return self.on

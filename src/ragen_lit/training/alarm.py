@@ -20,7 +20,11 @@ class CollapseAlarmCallback(L.Callback):
         d = cfg.diagnostics
         self.mode, self.checkpoint_every = d.on_collapse, cfg.trainer.checkpoint_every
         self.alarm = CollapseAlarm(
-            d.collapse_patience, d.collapse_entropy_tolerance, d.collapse_min_drop, d.collapse_min_drop_retrieval
+            d.collapse_patience,
+            d.collapse_entropy_tolerance,
+            d.collapse_min_drop,
+            d.collapse_min_drop_retrieval,
+            d.collapse_min_relative_drop,
         )
 
     def on_train_epoch_end(self, trainer, module):
