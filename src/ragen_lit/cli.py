@@ -265,7 +265,9 @@ def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
 def _compare_command(args) -> int:
     from ragen_lit.analysis.compare import run_compare
 
-    return run_compare(args.targets, args.tracking_uri, args.baseline, args.format, args.out, args.metrics)
+    return run_compare(
+        args.targets, args.tracking_uri, args.baseline, args.format, args.out, args.metrics, args.predictors_at
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
     p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
     p_cmp.add_argument("--metrics", nargs="+", help="columns to show: column names or logged keys[:last|max|mean]")
+    p_cmp.add_argument(
+        "--predictors-at",
+        type=int,
+        metavar="STEP",
+        help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration with final success (Fig. 8)",
+    )
     p_cmp.set_defaults(func=_compare_command)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragen_lit.analysis.plots import write_figures
+from ragen_lit.analysis.predictors import predictor_table, predictors_markdown
 from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
@@ -309,6 +310,7 @@ def run_compare(
     fmt: str = "markdown",
     out: str | None = None,
     metrics: Sequence[str] | None = None,
+    predictors_at: int | None = None,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
@@ -332,6 +334,12 @@ def run_compare(
     table = build_table(runs, baseline, choose_columns(metrics, runs))
     text = render(table, fmt)
     sys.stdout.write(text)
+    extra = []
+    if predictors_at is not None:
+        predictors = predictors_markdown(predictor_table(runs, predictors_at), predictors_at)
+        if fmt == "markdown":
+            sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
+        extra.append(("predictors.md", predictors))
 
     folder = default_out(paths, tracking_uri) if out is None else Path(out)
     files = write_figures(group_runs(runs), folder)
@@ -341,6 +349,9 @@ def run_compare(
     if fmt != "json":  # every number, whatever was printed
         tables.append(folder / "compare.json")
         tables[1].write_text(render(table, "json"))
+    for name, content in extra:
+        tables.append(folder / name)
+        tables[-1].write_text(content)
     target = tracking_uri or uris[0]
     run_id = log_comparison(
         target,

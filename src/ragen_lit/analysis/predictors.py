@@ -1,0 +1,82 @@
+"""Which early metric predicts a run's final success (RAGEN-2 Fig. 8): Spearman's rank correlation, across runs,
+of each metric's value at one iteration with the run's last validation success.
+
+The paper reports the MI family positively correlated with final success and the entropy family negatively;
+`python -m ragen_lit compare RUNS --predictors-at STEP` prints this table for any set of runs (pool several
+sweeps by passing their folders).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import spearmanr
+
+from ragen_lit.analysis.runs import History, RunRecord
+
+TARGET = "val/success"
+PREDICTORS: tuple[tuple[str, str], ...] = (
+    ("MI retrieval acc", "collapse/first_turn/retrieval_acc"),
+    ("MI estimate", "collapse/first_turn/mi_est"),
+    ("MI z-score", "collapse/first_turn/mi_zscore"),
+    ("conditional entropy H(Z|X)", "collapse/first_turn/cond_entropy"),
+    ("token entropy", "actor/entropy"),
+)
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman's ρ of `key` at the chosen step with the final success, its two-sided p and the runs it used."""
+
+    label: str
+    key: str
+    rho: float
+    p: float
+    n: int
+
+
+def value_at(history: History, step: int) -> float:
+    """The value logged at exactly `step` (NaN when the run has none there)."""
+    return next((v for s, v in history if s == step), math.nan)
+
+
+def final_value(history: History) -> float:
+    return history[-1][1] if history else math.nan
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]:
+    """ρ = Pearson correlation of the ranks (ties take their mean rank), with the p-value of the t-test of
+    ρ = 0 on n - 2 degrees of freedom, over the pairs where both values are finite; NaN below 3 pairs or
+    when either side is constant."""
+    pairs = [(a, b) for a, b in zip(x, y) if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return math.nan, math.nan, len(pairs)
+    result = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
+    return float(result.statistic), float(result.pvalue), len(pairs)
+
+
+def predictor_table(
+    runs: Sequence[RunRecord], step: int, predictors: Sequence[tuple[str, str]] = PREDICTORS
+) -> list[Correlation]:
+    """One `Correlation` per predictor: its value at `step` in each run against that run's last `val/success`."""
+    target = [final_value(r.metrics.get(TARGET, [])) for r in runs]
+    rows = []
+    for label, key in predictors:
+        values = [value_at(r.metrics.get(key, []), step) for r in runs]
+        rho, p, n = spearman(values, target)
+        rows.append(Correlation(label, key, rho, p, n))
+    return rows
+
+
+def predictors_markdown(rows: Sequence[Correlation], step: int) -> str:
+    lines = [
+        f"| metric at iteration {step} | Spearman ρ with final val success | p | runs |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        rho = "–" if math.isnan(r.rho) else f"{r.rho:+.2f}"
+        p = "–" if math.isnan(r.p) else f"{r.p:.3f}"
+        lines.append(f"| {r.label} | {rho} | {p} | {r.n} |")
+    return "\n".join(lines) + "\n"

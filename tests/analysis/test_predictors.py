@@ -1,0 +1,56 @@
+"""Early metrics as predictors of final success (Fig. 8): Spearman's ρ by hand on the hand-made sweep."""
+
+import math
+import shutil
+
+import pytest
+from scipy.stats import t as student_t
+
+from ragen_lit.analysis.predictors import predictor_table, spearman, value_at
+from ragen_lit.analysis.runs import find_stores, load_runs
+from ragen_lit.cli import main
+
+
+@pytest.fixture(scope="module")
+def runs(sweep):
+    return load_runs(find_stores([sweep]))
+
+
+def test_spearman_by_hand_with_ties():
+    # x ranks (ties share the mean rank): 1.5 3.5 5.5 1.5 3.5 5.5; y ranks: 1 2 4 3 5 6
+    # rho = sum(dx dy) / sqrt(sum dx^2 sum dy^2) = 12 / sqrt(16 * 17.5)
+    rho, p, n = spearman([2, 3, 4, 2, 3, 4], [0.2, 0.4, 0.6, 0.5, 0.7, 0.9])
+    assert n == 6 and rho == pytest.approx(12 / math.sqrt(16 * 17.5))
+    t = rho * math.sqrt((n - 2) / (1 - rho**2))
+    assert p == pytest.approx(2 * student_t.sf(t, n - 2))
+
+
+def test_spearman_drops_missing_pairs_and_needs_three_and_spread():
+    assert spearman([1, math.nan, 2, 3], [1, 5, 2, 3])[::2] == (pytest.approx(1.0), 3)
+    assert all(math.isnan(v) for v in spearman([1, 2], [1, 2])[:2])
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3])[0])
+
+
+def test_value_at_is_the_exact_step_only():
+    assert value_at([(1, 0.5), (6, 0.7)], 6) == 0.7 and math.isnan(value_at([(1, 0.5)], 6))
+
+
+def test_predictor_table_on_the_hand_made_sweep(runs):
+    rows = {r.label: r for r in predictor_table(runs, step=2)}
+    # token entropy at step 2 is 2 + seed in both points; finals 0.2 0.4 0.6 (none) and 0.5 0.7 0.9 (top_p)
+    entropy = rows["token entropy"]
+    assert (entropy.n, entropy.rho) == (6, pytest.approx(12 / math.sqrt(16 * 17.5)))
+    # retrieval acc at step 2: 0.4 0.5 0.6 and 0.4 0.5 (top_p seed 2 logged no MI): five runs
+    assert rows["MI retrieval acc"].n == 5
+    # nobody logged the MI z-score
+    assert rows["MI z-score"].n == 0 and math.isnan(rows["MI z-score"].rho)
+
+
+def test_compare_prints_and_writes_the_predictor_table(sweep, tmp_path, capsys):
+    copy = shutil.copytree(sweep, tmp_path / "sweep")  # compare logs a run into the store: keep the fixture as it is
+    out = tmp_path / "out"
+    assert main(["compare", str(copy), "--predictors-at", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| metric at iteration 2 | Spearman ρ with final val success | p | runs |" in printed
+    assert "| token entropy | +0.72 | 0.109 | 6 |" in printed
+    assert (out / "predictors.md").read_text() in printed
