@@ -183,7 +183,11 @@ def test_bad_files_give_one_line_naming_the_key(tmp_path):
         ),
         ({"path": write("q2.jsonl", '{"question": "x", "answer": []}\n'), "corpus_path": CORPUS}, "path", "record 0"),
         ({"path": write("q3.jsonl", '{"question": "x", "answer": "y"}\n{\n'), "corpus_path": CORPUS}, "path", "line 2"),
-        ({"path": write("q4.json", '{"question": "x"}'), "corpus_path": CORPUS}, "path", "found a dict"),
+        (
+            {"path": write("q4.json", '{"question": "x"}'), "corpus_path": CORPUS},
+            "path",
+            r"record 0 has \['question'\]",
+        ),
         ({"path": write("q5.jsonl", "\n"), "corpus_path": CORPUS}, "path", "at least one question"),
         ({"path": write("q6.jsonl", '{"question": "x", "answer": "y", "context": 3}\n')}, "path", "HotpotQA context"),
         ({"path": NQ, "corpus_path": write("c1.jsonl", '{"id": 1, "text": "x"}\n')}, "corpus_path", "'title'"),

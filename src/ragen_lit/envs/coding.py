@@ -47,6 +47,7 @@ from typing import Any
 from gymnasium.spaces import Text
 
 from ragen_lit.envs.base import CHARSET, OptionError, TextEnv, check_int
+from ragen_lit.envs.records import SUFFIXES, read_records
 from ragen_lit.envs.sandbox import ProgramRun, SandboxLimits, run_program
 
 MAX_PROGRAM_CHARS = 20_000
@@ -93,25 +94,9 @@ def load_problems(path: str | Path | None = None) -> ProblemSet:
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(file: str, mtime_ns: int) -> ProblemSet:
-    if file.endswith(".parquet"):
-        try:
-            import pyarrow.parquet
-        except ImportError:
-            raise ImportError(f"reading the parquet file {file} needs pyarrow: pip install pyarrow") from None
-        records = pyarrow.parquet.read_table(file).to_pylist()
-    elif file.endswith((".jsonl", ".json")):
-        records = []
-        with open(file, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as error:
-                        raise OptionError(
-                            "path", file, f"one JSON object per line (line {number}: {error.msg})"
-                        ) from None
-    else:
+    if not file.endswith(SUFFIXES):
         raise OptionError("path", file, "a .jsonl or .parquet file")
+    records, _ = read_records(file)
     problems = []
     for index, record in enumerate(records):
         try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-import json
 import numbers
 import re
 import string
@@ -34,6 +33,8 @@ from typing import Any
 
 from ragen_lit.envs.base import ACTION_MAX_LENGTH, CHARSET, OptionError, TextEnv, check_int, check_probability
 from ragen_lit.envs.bm25 import BM25Index
+from ragen_lit.envs.records import SUFFIXES
+from ragen_lit.envs.records import read_records as read_file_records
 
 QUESTIONS_FILE = "search_qa_questions.jsonl"
 CORPUS_FILE = "search_qa_corpus.jsonl"
@@ -162,33 +163,11 @@ def _load_cached(questions_key: tuple[str, int], corpus_key: tuple[str, int] | N
 
 
 def read_records(key: str, file: str) -> list[Any]:
-    """The records of a .jsonl (one JSON value per line), .json (one array) or .parquet file; a file it
-    cannot read is an `OptionError` on `key`."""
-    if file.endswith(".parquet"):
-        try:
-            import pyarrow.parquet
-        except ImportError:
-            raise ImportError(f"reading the parquet file {file} needs pyarrow: pip install pyarrow") from None
-        return pyarrow.parquet.read_table(file).to_pylist()
-    if file.endswith(".jsonl"):
-        records = []
-        with open(file, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as error:
-                        raise OptionError(key, file, f"one JSON object per line (line {number}: {error.msg})") from None
-        return records
-    if file.endswith(".json"):
-        try:
-            records = json.loads(Path(file).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise OptionError(key, file, f"a JSON array of records (line {error.lineno}: {error.msg})") from None
-        if not isinstance(records, list):
-            raise OptionError(key, file, f"a JSON array of records (found a {type(records).__name__})")
-        return records
-    raise OptionError(key, file, "a .jsonl, .json or .parquet file")
+    """The records of a .jsonl (one JSON value per line), .json (one array) or .parquet file (`envs.records`);
+    a file it cannot read is an `OptionError` on `key`."""
+    if not file.endswith(SUFFIXES):
+        raise OptionError(key, file, "a .jsonl, .json or .parquet file")
+    return read_file_records(file, key)[0]
 
 
 def _clean(value: Any) -> str:
