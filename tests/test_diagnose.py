@@ -371,7 +371,6 @@ def test_huge_rows_end_quickly_in_bounded_memory(model_dir, loaded, tmp_path):
     """The command on a file with a 10 MB prompt row and a 10 MB reasoning row: exit 0, the report counts both
     as skipped on one line, in a short time and well below a gigabyte of extra memory (before: > 300 s at 11 GB,
     and an attempt to allocate 10.9 TB)."""
-    import resource
     import time
 
     _, tokenizer = loaded
@@ -382,8 +381,16 @@ def test_huge_rows_end_quickly_in_bounded_memory(model_dir, loaded, tmp_path):
     ]
     path = write_jsonl(tmp_path / "r.jsonl", lines)
     started = time.perf_counter()
+    # a fresh launcher whose only child is the command, so its peak resident memory is the command's own
+    # (this test process's RUSAGE_CHILDREN would also count every earlier test's subprocesses)
+    launcher = (
+        "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+        "print('peak_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+        "sys.exit(done.returncode)"
+    )
+    command = ["-m", "ragen_lit", "diagnose", "--model", model_dir, "--rollouts", path, "--device", "cpu"]
     run = subprocess.run(
-        [sys.executable, "-m", "ragen_lit", "diagnose", "--model", model_dir, "--rollouts", path, "--device", "cpu"],
+        [sys.executable, "-c", launcher, sys.executable, *command],
         capture_output=True,
         text=True,
         timeout=240,
@@ -392,4 +399,5 @@ def test_huge_rows_end_quickly_in_bounded_memory(model_dir, loaded, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert time.perf_counter() - started < 120
     assert "skipped 2: prompt + reasoning over the 256-token limit (the model's context) (lines 7, 8)" in run.stdout
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 3 * 2**20  # KiB: under 3 GiB
+    peak_kib = int(run.stderr.rsplit("peak_kib", 1)[1].split()[0])
+    assert peak_kib < 3 * 2**20  # under 3 GiB
