@@ -266,7 +266,14 @@ def _compare_command(args) -> int:
     from ragen_lit.analysis.compare import run_compare
 
     return run_compare(
-        args.targets, args.tracking_uri, args.baseline, args.format, args.out, args.metrics, args.predictors_at
+        args.targets,
+        args.tracking_uri,
+        args.baseline,
+        args.format,
+        args.out,
+        args.metrics,
+        args.predictors_at,
+        args.finished_only,
     )
 
 
@@ -317,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
     p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
     p_cmp.add_argument("--metrics", nargs="+", help="columns to show: column names or logged keys[:last|max|mean]")
+    p_cmp.add_argument(
+        "--finished-only",
+        action="store_true",
+        help="leave out runs that did not finish (killed, failed, still running); they are always named on stderr",
+    )
     p_cmp.add_argument(
         "--predictors-at",
         type=int,

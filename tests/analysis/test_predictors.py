@@ -54,3 +54,22 @@ def test_compare_prints_and_writes_the_predictor_table(sweep, tmp_path, capsys):
     assert "| metric at iteration 2 | Spearman ρ with final val success | p | runs |" in printed
     assert "| token entropy | +0.72 | 0.109 | 6 |" in printed
     assert (out / "predictors.md").read_text() in printed
+
+
+def test_compare_names_unfinished_runs_and_can_leave_them_out(sweep, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    copy = shutil.copytree(sweep, tmp_path / "sweep")
+    client = MlflowClient(tracking_uri=f"sqlite:///{copy / 'none-seed0' / 'mlruns.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    client.update_run(run.info.run_id, status="RUNNING")  # as a run killed midway is left
+    assert main(["compare", str(copy), "--out", str(tmp_path / "a")]) == 0
+    captured = capsys.readouterr()
+    assert "warning: 1 run(s) did not finish, in the table with their last logged values: none-seed0 (RUNNING)" in (
+        captured.err
+    )
+    assert "| filter.strategy=none | 3 |" in captured.out
+    assert main(["compare", str(copy), "--finished-only", "--out", str(tmp_path / "b")]) == 0
+    captured = capsys.readouterr()
+    assert "left out (--finished-only): none-seed0 (RUNNING)" in captured.err
+    assert "| filter.strategy=none | 2 |" in captured.out

@@ -311,6 +311,7 @@ def run_compare(
     out: str | None = None,
     metrics: Sequence[str] | None = None,
     predictors_at: int | None = None,
+    finished_only: bool = False,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
@@ -331,6 +332,15 @@ def run_compare(
     runs = label_runs(select_runs(load_runs(uris), selectors))
     if not runs:
         raise ConfigError(f"no runs found in {', '.join(uris)}")
+    unfinished = [r for r in runs if r.status != "FINISHED"]
+    if finished_only:
+        runs = [r for r in runs if r.status == "FINISHED"]
+        if not runs:
+            raise ConfigError("--finished-only: none of the runs finished")
+    if unfinished:  # a run stopped midway has a "final" value that is only its last one
+        names = ", ".join(f"{r.name} ({r.status})" for r in unfinished[:6]) + (" ..." if len(unfinished) > 6 else "")
+        verb = "left out (--finished-only)" if finished_only else "in the table with their last logged values"
+        print(f"warning: {len(unfinished)} run(s) did not finish, {verb}: {names}", file=sys.stderr)
     table = build_table(runs, baseline, choose_columns(metrics, runs))
     text = render(table, fmt)
     sys.stdout.write(text)
