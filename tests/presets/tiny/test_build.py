@@ -162,3 +162,17 @@ def test_a_good_first_attempt_is_not_retried(tmp_path):
     recipe = dataclasses.replace(SMALL, sft_steps=20, sft_episodes=40, val_envs=2, min_val_success=0.0, max_attempts=3)
     folder = build_tiny_model(tmp_path / "model", recipe=recipe, log=lambda _: None)
     assert len(json.loads((folder / BUILD_INFO).read_text())["summary"]["attempts"]) == 1
+
+
+def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
+    from ragen_lit.presets.tiny.build import same_recipe, tokenizer_corpus
+
+    recipe = dataclasses.replace(SMALL, corpus_episodes=4, extra_envs=("search_qa",))
+    assert recipe.envs() == ("countdown", "frozenlake", "mathqa", "sokoban", "search_qa")
+    assert any("Searches left" in text for text in tokenizer_corpus(recipe))
+    assert not any("Searches left" in text for text in tokenizer_corpus(dataclasses.replace(SMALL, corpus_episodes=4)))
+    # a record that predates a field counts it at its default; the field as JSON stores it (a list) matches
+    recorded = json.loads(json.dumps(dataclasses.asdict(recipe)))
+    assert same_recipe(recorded, recipe) and not same_recipe(recorded, SMALL)
+    legacy = {k: v for k, v in dataclasses.asdict(SMALL).items() if k != "extra_envs"}
+    assert same_recipe(legacy, SMALL) and not same_recipe(legacy, recipe) and not same_recipe(None, SMALL)

@@ -58,8 +58,9 @@ from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
 FOLDER_NAME = "tiny-v1"
-# The envs whose expert episodes the tokenizer and the SFT see: the four the shipped model was built with. An env
-# added later does not change the build (the shipped folder stays what this builder makes).
+# The envs whose expert episodes the tokenizer and the SFT always see: the four the shipped model was built with.
+# An env added later does not change the default build (the shipped folder stays what this builder makes);
+# `TinyRecipe.extra_envs` adds others to a build of your own.
 TINY_ENVS = ("countdown", "frozenlake", "mathqa", "sokoban")
 BUILD_INFO = "tiny_build.json"
 # Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
@@ -93,6 +94,10 @@ class TinyRecipe:
     val_temperature: float = 0.5
     seed: int = 0
     threads: int = 2  # torch CPU threads during the build
+    extra_envs: tuple[str, ...] = ()  # more envs (e.g. coding, search_qa, webshop) the tokenizer and SFT see
+
+    def envs(self) -> tuple[str, ...]:
+        return TINY_ENVS + tuple(e for e in self.extra_envs if e not in TINY_ENVS)
 
 
 def build_tiny_model(
@@ -107,7 +112,7 @@ def build_tiny_model(
     target = Path(path).expanduser() if path is not None else default_cache_dir() / FOLDER_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
-        if not force and built_recipe(target) == dataclasses.asdict(recipe):
+        if not force and same_recipe(built_recipe(target), recipe):
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         try:
@@ -127,6 +132,16 @@ def built_recipe(folder: Path) -> dict | None:
         return json.loads((folder / BUILD_INFO).read_text())["recipe"]
     except (OSError, ValueError, KeyError):
         return None
+
+
+def same_recipe(recorded: dict | None, recipe: TinyRecipe) -> bool:
+    """Whether a build record's recipe is `recipe`: every field equal, as JSON stores it; a field the record
+    predates counts as its default (a record written before `extra_envs` existed built with none)."""
+    if recorded is None:
+        return False
+    wanted = json.loads(json.dumps(dataclasses.asdict(recipe)))
+    defaults = json.loads(json.dumps(dataclasses.asdict(TinyRecipe())))
+    return set(recorded) <= set(wanted) and all(recorded.get(k, defaults[k]) == v for k, v in wanted.items())
 
 
 def format_summary(summary: dict) -> str:
@@ -167,7 +182,7 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
         lake = expert_episodes(expert, chat, "frozenlake", SFT_SEED, recipe.sft_episodes)
         others = [
             t
-            for name in TINY_ENVS
+            for name in recipe.envs()
             if name != "frozenlake"
             for t in expert_episodes(expert, chat, name, SFT_SEED, recipe.other_env_episodes)
         ]
@@ -232,7 +247,7 @@ def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
     chat = ChatFormat(tokenizer)
     expert = ExpertEngine(tokenizer, epsilon=0.3, seed=recipe.seed)
     texts = []
-    for name in TINY_ENVS:
+    for name in recipe.envs():
         count = recipe.corpus_episodes if name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
         for trajectory in expert_episodes(expert, chat, name, CORPUS_SEED, count, max_new_tokens=1024):
             texts.append(tokenizer.decode(trajectory.token_ids, skip_special_tokens=False))
