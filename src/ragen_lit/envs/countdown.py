@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ragen_lit.envs.base import OptionError, TextEnv, check_int
-from ragen_lit.envs.records import check_fields, existing_file, pick_format, read_records
+from ragen_lit.envs.records import existing_file, read_known_records
 
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1  # right numbers, wrong value
@@ -174,11 +174,7 @@ def load_instances(path: str, format: str = "auto") -> tuple[tuple[tuple[int, ..
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(file: str, mtime_ns: int, format: str) -> tuple[tuple[tuple[int, ...], int], ...]:
-    records, fields = read_records(file)
-    if not records:
-        raise OptionError("path", file, "a file with at least one instance")
-    chosen = pick_format(FORMATS, format, fields, file)
-    check_fields(records, FORMATS[chosen], file)
+    records, _ = read_known_records(file, FORMATS, format, "instance")
     instances = []
     for index, record in enumerate(records):
         numbers, target = record["nums"], record["target"]

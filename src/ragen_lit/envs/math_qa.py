@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_lit.envs.base import CHARSET, OptionError, TextEnv, check_int
-from ragen_lit.envs.records import check_fields, existing_file, pick_format, read_records
+from ragen_lit.envs.records import existing_file, read_known_records
 
 # format -> the fields its records need (and which one holds the question, which the answer)
 FORMATS = {"qa": ("question", "answer"), "metamathqa": ("query", "response")}
@@ -63,11 +63,7 @@ def load_questions(path: str | Path | None = None, format: str = "auto") -> Ques
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(file: str, mtime_ns: int, format: str) -> QuestionSet:
-    records, fields = read_records(file)
-    if not records:
-        raise OptionError("path", file, "a file with at least one question")
-    chosen = pick_format(FORMATS, format, fields, file)
-    check_fields(records, FORMATS[chosen], file)
+    records, chosen = read_known_records(file, FORMATS, format, "question")
     pairs = []
     for index, record in enumerate(records):
         if chosen == "metamathqa":

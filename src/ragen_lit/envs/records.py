@@ -82,6 +82,19 @@ def pick_format(
     )
 
 
+def read_known_records(
+    file: str, formats: Mapping[str, tuple[str, ...]], chosen: str, item: str, key: str = "path"
+) -> tuple[list[Any], str]:
+    """(records, format name) of a data file in one of `formats`: read, refused when empty ("a file with at least
+    one `item`"), its format picked (`pick_format`) and every record checked for that format's fields."""
+    records, fields = read_records(file, key)
+    if not records:
+        raise OptionError(key, file, f"a file with at least one {item}")
+    name = pick_format(formats, chosen, fields, file, key)
+    check_fields(records, formats[name], file, key)
+    return records, name
+
+
 def check_fields(records: list[Any], needed: tuple[str, ...], file: str, key: str = "path") -> None:
     """Every record is an object with the `needed` fields (the first one decided the format)."""
     for index, record in enumerate(records):
