@@ -12,6 +12,8 @@ bash scripts/setup.sh "dev,smollm2"
 bash .ci/vllm_env.sh
 bash .ci/floors_env.sh
 status=0
+# the suite writes checkpoints to the temporary folder; a full disk shows up as unrelated failures
+echo "test.sh: $(df -Pm "${TMPDIR:-/tmp}" | awk 'NR==2 {print $4}') MB free in ${TMPDIR:-/tmp}"
 # style: ruff (configured in pyproject.toml) must find nothing, and the formatter nothing to change
 .venv/bin/ruff check src tests scripts || status=$?
 .venv/bin/ruff format --check src tests scripts || status=$?
