@@ -106,7 +106,8 @@ class RolloutConfig:
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False
-    """vllm only (CUDA): release vLLM memory during the update"""
+    """vllm only (CUDA): after each rollout, vLLM discards its weights and KV cache (sleep level 2) until the next
+    weight sync"""
 
 
 @dataclass

@@ -482,3 +482,79 @@ def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
         assert_layers_compute_with(result["layers_after"], "after the sync")
     # Unseeded requests follow the engine seed, which is offset by the rank.
     assert ranks[0]["unseeded_sample"] != ranks[1]["unseeded_sample"]
+
+
+class _SleepRecorder:
+    """A stand-in `vllm.LLM` that records the sleep-mode calls the engine makes."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags):
+        self.calls.append(("wake_up", tuple(tags)))
+
+    def collective_rpc(self, method, kwargs):
+        self.calls.append(("collective_rpc", method))
+
+    def apply_model(self, function):
+        self.calls.append(("apply_model", function.__name__))
+
+    def reset_prefix_cache(self):
+        return True
+
+    def generate(self, prompts, requests, use_tqdm):
+        self.calls.append(("generate", len(prompts)))
+        return []
+
+
+def _sleeping_engine(sleep_mode: bool, monkeypatch) -> tuple[VLLMEngine, _SleepRecorder]:
+    """An engine past its constructor (no vLLM start): the sleep-mode bookkeeping of `__init__`, and the two
+    request classes `generate` imports from vllm."""
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kwargs: kwargs
+    fake.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine.llm, engine.sleep_mode, engine.dtype = _SleepRecorder(), sleep_mode, torch.float32
+    engine.model_path, engine.gpu_memory_utilization = "unused", 0.3
+    engine._asleep_tags, engine._weights_discarded, engine._warned_truncated_logprobs = set(), False, False
+    return engine, engine.llm
+
+
+def test_sleep_mode_discards_the_weights_once_per_rollout_and_the_sync_restores_them(monkeypatch):
+    from ragen_lit.engines.base import SamplingParams
+
+    engine, llm = _sleeping_engine(sleep_mode=True, monkeypatch=monkeypatch)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0)
+    engine.generate([[1, 2]], params)  # turns of one rollout: no sleep between them
+    engine.generate([[1, 2, 3]], params)
+    assert [c for c in llm.calls if c[0] == "sleep"] == []
+    engine.release()
+    engine.release()  # already asleep: nothing more
+    assert [c for c in llm.calls if c[0] == "sleep"] == [("sleep", 2)]
+    with pytest.raises(RuntimeError, match="needs a sync"):
+        engine.generate([[1, 2]], params)
+    llm.calls.clear()
+    engine.sync(torch.nn.Linear(2, 2))
+    engine.generate([[1, 2]], params)
+    assert llm.calls == [
+        ("wake_up", ("weights",)),
+        ("collective_rpc", "reload_weights"),
+        ("apply_model", "reprocess_tied_layers"),
+        ("wake_up", ("kv_cache",)),
+        ("generate", 1),
+    ]
+
+
+def test_without_sleep_mode_release_changes_nothing(monkeypatch):
+    from ragen_lit.engines.base import SamplingParams
+
+    engine, llm = _sleeping_engine(sleep_mode=False, monkeypatch=monkeypatch)
+    engine.release()
+    engine.generate([[1, 2]], SamplingParams(max_new_tokens=4, temperature=1.0))
+    assert llm.calls == [("generate", 1)]

@@ -122,3 +122,38 @@ def test_shape_overlong_adds_each_turns_penalty_to_its_reward_and_to_the_return(
     turn_level = collate(shaped, pad_token_id=0, turn_level_rewards=True)["token_rewards"][0]
     assert turn_level[turn_level != 0].tolist() == [-0.5]  # turn 2's shaped reward is 0.0
     assert torch.equal(turn_level.nonzero().flatten(), torch.tensor([2 + 9 - 1]))
+
+
+class _RecordingEngine:
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def sync(self, model):
+        self.calls.append("sync")
+
+    def release(self):
+        self.calls.append("release")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_every_rollout_syncs_first_and_releases_the_engine_after_it_even_when_it_fails(monkeypatch, fails):
+    from types import SimpleNamespace
+
+    from ragen_lit.training import data as data_module
+
+    def fake_rollout(engine, *args):
+        engine.calls.append("rollout")
+        if fails:
+            raise RuntimeError("an env crashed")
+        return []
+
+    monkeypatch.setattr(data_module, "rollout", fake_rollout)
+    data = RolloutDataModule(load_config(None, []))
+    data.engine = _RecordingEngine()
+    module = SimpleNamespace(inference_policy=lambda: torch.nn.Linear(1, 1), chat=None)
+    if fails:
+        with pytest.raises(RuntimeError, match="crashed"):
+            data.run_rollouts(module, [1], [0], temperature=1.0, seed=0)
+    else:
+        assert data.run_rollouts(module, [1], [0], temperature=1.0, seed=0) == []
+    assert data.engine.calls == ["sync", "rollout", "release"]

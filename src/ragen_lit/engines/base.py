@@ -71,3 +71,8 @@ class Engine(Protocol):
     def sync(self, model: torch.nn.Module) -> None:
         """Make the engine sample from `model`'s current weights."""
         ...
+
+    def release(self) -> None:
+        """The rollout is over: free what the engine can until the next `sync` (which always comes before
+        the next `generate`)."""
+        ...

@@ -192,6 +192,10 @@ class HFEngine:
             self._graph_ok = unsupported_reason(model) is None
             self._cache_keyword = forward_cache_keyword(model)
 
+    def release(self) -> None:
+        """Nothing to free: the engine decodes with the trainer's own module, and its decode graphs and
+        caches are kept for the next rollout."""
+
     def cache_kind(self, device: torch.device) -> str:
         """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
         if self.cache != "auto":

@@ -22,9 +22,12 @@ built, so this module imports without vLLM. The engine runs in this process
   copy with AMX), so the logits kept the old head. After every reload, each layer holding a
   parameter shared with another layer runs its own `process_weights_after_loading` again; a
   quantized tied layer, whose processing is not idempotent, is refused with one line.
-- **Sleep mode** (CUDA only): `sleep(level=1)` after each generation frees the KV cache and moves the
-  weights to host memory while the trainer updates; `sync` wakes the weights before loading (writing
-  into sleeping weights writes into unmapped memory), `generate` wakes the rest.
+- **Sleep mode** (CUDA only): `release`, called once a whole rollout is over (not after every turn's
+  `generate`), puts vLLM to sleep at level 2: the KV cache and the weights are discarded, not copied to
+  host memory as level 1 would, because the next `sync` overwrites every weight before the next
+  generation (vLLM keeps the model's buffers, e.g. rotary tables, in host memory). `sync` wakes the
+  weights before loading (writing into sleeping weights writes into unmapped memory), `generate` wakes
+  the KV cache, and a `generate` after `release` without a `sync` is refused.
 - **Log-probs.** vLLM returns `processed_logprobs`: log-softmax of logits / temperature (of the raw
   logits when greedy), which is `Generation.logprobs` exactly when top-k and top-p are off (the
   training and validation settings). With top-k/top-p on they are the log-probs of the truncated,
@@ -296,6 +299,7 @@ class VLLMEngine:
         self.gpu_memory_utilization = gpu_memory_utilization
         self.dtype = self.llm.llm_engine.model_config.dtype
         self._asleep_tags: set[str] = set()
+        self._weights_discarded = False
         self._warned_truncated_logprobs = False
 
     def _wake(self, tags: Sequence[str]) -> None:
@@ -321,6 +325,7 @@ class VLLMEngine:
                 f"weight sync into vLLM failed ({type(error).__name__}: {error}); the policy's parameter names, "
                 f"wrappers stripped, must be the checkpoint names of model_path={self.model_path!r}"
             ) from error
+        self._weights_discarded = False
         self.llm.apply_model(reprocess_tied_layers)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after the weight sync (requests still running)")
@@ -357,6 +362,8 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
+        if self._weights_discarded:
+            raise RuntimeError("VLLMEngine.generate after release() needs a sync() first: the weights were discarded")
         self._wake(["weights", "kv_cache"])
         try:
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], requests, use_tqdm=False)
@@ -365,10 +372,17 @@ class VLLMEngine:
                 f"out of memory while vLLM generated {len(prompts)} sequences; lower vLLM's batch size "
                 f"(max_num_seqs, default 256) or gpu_memory_utilization (now {self.gpu_memory_utilization})"
             ) from error
-        if self.sleep_mode:
-            self.llm.sleep(level=1)
-            self._asleep_tags = {"weights", "kv_cache"}
         return [self._to_generation(output.outputs[0], params) for output in outputs]
+
+    def release(self) -> None:
+        """Free vLLM's GPU memory until the next `sync` (sleep mode on CUDA; nothing otherwise).
+
+        Level 2 discards the weights instead of copying them to host memory (level 1): `sync` rewrites every
+        one of them before vLLM samples again, so the copy would be wasted transfer and host memory."""
+        if self.sleep_mode and not self._asleep_tags:
+            self.llm.sleep(level=2)
+            self._asleep_tags = {"weights", "kv_cache"}
+            self._weights_discarded = True
 
     @staticmethod
     def _to_generation(completion: Any, params: SamplingParams) -> Generation:

@@ -146,7 +146,12 @@ class RolloutDataModule(L.LightningDataModule):
         sampling = SamplingParams(
             temperature=temperature, top_p=r.top_p if temperature > 0 else 1.0, top_k=r.top_k, seed=seed
         )
-        return rollout(self.engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling)
+        try:
+            return rollout(
+                self.engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling
+            )
+        finally:
+            self.engine.release()  # vLLM's sleep mode frees its memory for the update; the next call syncs first
 
     def train_dataloader(self):
         module: RolloutModule = self.trainer.lightning_module

@@ -259,6 +259,9 @@ class ExpertEngine:
     def sync(self, model: torch.nn.Module) -> None:
         """The expert has no weights; nothing to sync."""
 
+    def release(self) -> None:
+        """The expert holds no memory between rollouts; nothing to free."""
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One scripted reply per prompt, cut at `params.max_new_tokens`; log-probs are 0 (the reply is
         certain under the expert)."""
