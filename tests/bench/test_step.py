@@ -74,6 +74,8 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
         "update (actor + critic)",
         "transformers generate",
         "plain HF labels= update",
+        "decode roofline: weights",
+        "- rollout loop: ",
     ):
         assert label in done.stdout
     res = json.loads(out.read_text())
@@ -98,6 +100,9 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
         assert res["baselines"][name]["tokens"] == 8 * 2 * 8
     assert "static cache, compiled" in done.stdout
     assert res["profile"]
+    roofline = res["roofline"]  # every turn's rows: 2 turns of 8 rows, one token per row and step at most
+    assert roofline["mean_batch"] == pytest.approx(8.0) and roofline["mean_context"] > 0
+    assert (roofline["bandwidth"] is None) == (res["device"].startswith("CPU"))
     assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
 
 

@@ -36,6 +36,7 @@ Entry point: `scripts/bench_step.py`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 import time
@@ -57,6 +58,7 @@ from ragen_lit.bench.common import (
 )
 from ragen_lit.bench.machine import utc_now
 from ragen_lit.bench.random_model import write_random_model
+from ragen_lit.bench.roofline import decode_workload, model_roofline
 from ragen_lit.bench.step_baselines import (
     engine_generation,
     hf_generate,
@@ -144,6 +146,18 @@ class PipelineProbe(L.Callback):
         self.epoch_ends[trainer.current_epoch] = time.perf_counter()
         spent = self.clock.seconds[trainer.current_epoch]
         progress(f"iteration {trainer.current_epoch}: " + ", ".join(f"{k} {v:.2f}s" for k, v in spent.items()))
+
+
+def turn_calls(trajectories) -> list[tuple[list[int], list[int]]]:
+    """Per turn (one engine call), the prompt length and the sampled token count of every episode still running."""
+    most = max(len(t.turns) for t in trajectories)
+    return [
+        (
+            [t.turns[k].prompt_end for t in trajectories if len(t.turns) > k],
+            [t.turns[k].response_end - t.turns[k].prompt_end for t in trajectories if len(t.turns) > k],
+        )
+        for k in range(most)
+    ]
 
 
 def run(args, save) -> dict:
@@ -285,6 +299,9 @@ def run(args, save) -> dict:
             "update_mfu": flops / mean["update"] / peak_flops,
             "update_mfu_naive_count": naive_flops / mean["update"] / peak_flops,
         },
+        "roofline": dataclasses.asdict(
+            model_roofline(module.policy, decode_workload(turn_calls(trajectories)), device_name(device))
+        ),
         "peak_memory_gib": {k: v / 2**30 for k, v in clock.peak_bytes.items()},
         "alloc_retries": dict(clock.alloc_retries),
         "baselines": {},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from ragen_lit.bench.roofline import Roofline, format_achieved, format_roofline
+
 
 def format_table(res: dict) -> str:
     """The printed report: run description, the step's phases, the same work done by other code, memory."""
@@ -82,6 +84,11 @@ def format_table(res: dict) -> str:
             f"{b['plain_update_s'] / t['last_update_s']:.2f} |",
             f"| update MFU (same FLOP count) | {t['update_mfu']:.1%} | {b['plain_update_mfu']:.1%} | |",
         ]
+    roof = Roofline(**res["roofline"])
+    lines += ["", format_roofline(roof), "- rollout loop: " + format_achieved(roof, t["generation_tokens_per_s"])]
+    for key, timing in engines:
+        cache = timing.get("cache", key.removeprefix("engine_"))
+        lines.append(f"- engine alone (cache={cache}): " + format_achieved(roof, timing["tokens_per_s"]))
     memory = "peak GPU memory: n/a (CPU)"
     if mem:
         memory = "peak GPU memory (allocated, GiB) per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in mem.items())
