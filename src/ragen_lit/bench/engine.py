@@ -2,11 +2,13 @@
 prompt, against the bandwidth roofline of its own decode steps.
 
 The workload mimics turn 1 of a training iteration: groups of 16 rollouts share one prompt, and a
-set of stop tokens ends rows at different steps (as answers do). The model is randomly initialised:
+set of stop tokens ends rows at different steps (as answers do); with `--suffix-tokens` a later turn (each
+row continues its group's prompt with its own ids, as the turns so far do). The model is randomly initialised:
 a Qwen2 of the built-in tiny model's shape by default (CPU-sized), or of Qwen2.5-0.5B's shape with
 `--model qwen2.5-0.5b` (for a GPU), so no weights are loaded. Tokens/s counts sampled tokens over the
 wall time of one `generate` call (prefill included); "prefill s" is the time inside the engine's
-prefill (with the dedup on: one row per group, copied to the group's rows after). On a GPU every
+prefill (with the dedup on: the group's prompt once, copied to the group's rows after; later turns: then
+each row's own suffix). On a GPU every
 configuration first runs once untimed (CUDA graph capture). The roofline line is
 `ragen_lit.bench.roofline`'s for the dedup-on call of each row.
 Entry point: `scripts/bench_engine.py`.
@@ -51,14 +53,20 @@ def random_model(name: str, dtype: torch.dtype, device: torch.device) -> transfo
         return transformers.Qwen2ForCausalLM(config).to(dtype).eval()
 
 
-def group_prompts(batch: int, prompt_tokens: int, vocab_size: int) -> list[list[int]]:
-    """`batch` prompts in groups of 16 identical ones, lengths spread over ±20% of `prompt_tokens`."""
+def group_prompts(batch: int, prompt_tokens: int, vocab_size: int, suffix_tokens: int = 0) -> list[list[int]]:
+    """`batch` prompts in groups of 16 sharing one prompt, lengths spread over ±20% of `prompt_tokens`; with
+    `suffix_tokens`, each row continues it with its own random ids (±20% as many): a later turn of a group."""
     generator = torch.Generator().manual_seed(1)
+
+    def random_ids(tokens: int) -> list[int]:
+        length = int(tokens * (0.8 + 0.4 * torch.rand(1, generator=generator)))
+        return torch.randint(3, vocab_size, (length,), generator=generator).tolist()
+
     prompts = []
     for _ in range(max(1, batch // GROUP_SIZE)):
-        length = int(prompt_tokens * (0.8 + 0.4 * torch.rand(1, generator=generator)))
-        prompt = torch.randint(3, vocab_size, (length,), generator=generator).tolist()
-        prompts += [prompt] * min(GROUP_SIZE, batch)
+        prompt = random_ids(prompt_tokens)
+        for _ in range(min(GROUP_SIZE, batch)):
+            prompts.append(prompt + (random_ids(suffix_tokens) if suffix_tokens else []))
     return prompts
 
 
@@ -106,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64, 128])
     parser.add_argument("--prompt-tokens", type=int, default=200)
+    parser.add_argument(
+        "--suffix-tokens", type=int, default=0, help="each row's own ids after its group's prompt (a later turn)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--model", choices=["tiny", "qwen2.5-0.5b"], default="tiny", help="random-init Qwen2 shape")
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     header = ("batch", "cache", "prefill s dedup", "prefill s plain", "ratio", "tok/s dedup", "tok/s plain", "ratio")
     rows, rooflines = [], []
     for batch in args.batches:
-        prompts = group_prompts(batch, args.prompt_tokens, vocab_size)
+        prompts = group_prompts(batch, args.prompt_tokens, vocab_size, args.suffix_tokens)
         for cache in caches:
             timings = []
             for dedup in (True, False):
