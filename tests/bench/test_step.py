@@ -74,6 +74,8 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
         "update (actor + critic)",
         "transformers generate",
         "plain HF labels= update",
+        "decode roofline: weights",
+        "- rollout loop: ",
     ):
         assert label in done.stdout
     res = json.loads(out.read_text())
@@ -98,6 +100,9 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
         assert res["baselines"][name]["tokens"] == 8 * 2 * 8
     assert "static cache, compiled" in done.stdout
     assert res["profile"]
+    roofline = res["roofline"]  # every turn's rows: 2 turns of 8 rows, one token per row and step at most
+    assert 0 < roofline["mean_batch"] <= 8 and roofline["mean_context"] > 0
+    assert (roofline["bandwidth"] is None) == (res["device"].startswith("CPU"))
     assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
 
 
@@ -120,3 +125,31 @@ def test_plain_layers_unbinds_compiled_forwards_and_restores_them():
     with plain_layers(model, None):
         assert all("forward" not in layer.__dict__ for layer in model.model.layers)
     assert [layer.forward for layer in model.model.layers] == bound
+
+
+@pytest.mark.slow
+def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
+    from ragen_lit.bench.trl_baseline import trl_available
+
+    out = tmp_path / "bench.json"
+    small = ["rollout.groups=2", "rollout.group_size=4", "rollout.max_new_tokens=8", "model.compile=false"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--shape", "trl", "--trl", "--pipeline-only", "--iterations", "3"]
+        + ["--set", *small, "optim.micro_batch_size=4", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=SCRIPT.parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["config"]["shape"] == "trl"
+    assert (res["config"]["max_turns"], res["config"]["algo"], res["config"]["num_minibatches"]) == (1, "grpo", 1)
+    assert res["workload"]["turns"] == 8  # one turn per rollout
+    trl = res["baselines"]["trl"]
+    if trl_available():
+        assert len(trl["steps_s"]) == 3 and trl["step_s"] > 0
+        assert "x TRL's step" in done.stdout
+    else:
+        assert trl["skipped"].startswith("trl is not importable")
+        assert "trl is not importable" in done.stdout

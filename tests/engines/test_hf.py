@@ -17,6 +17,7 @@ from ragen_lit.engines.hf import (
     ends_with_stop_sequence,
     left_pad,
     sample_next_tokens,
+    shared_prefix_plan,
 )
 
 # the engine and end-to-end paths CI also runs at the lowest declared dependency versions
@@ -278,13 +279,80 @@ def test_same_seed_reproduces_and_other_seed_differs(model):
     "params",
     [greedy(15), SamplingParams(max_new_tokens=15, temperature=1.0, top_p=0.95, seed=7, stop_token_ids=[11, 12, 13])],
 )
-def test_dedup_prefill_gives_the_same_results(model, params):
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+def test_dedup_prefill_gives_the_same_results(model, params, cache):
     prompts = [PROMPTS[0]] * 5 + [PROMPTS[2]] * 3 + PROMPTS
-    with_dedup = HFEngine(model, pad_token_id=0, dedup_prompts=True).generate(prompts, params)
-    without = HFEngine(model, pad_token_id=0, dedup_prompts=False).generate(prompts, params)
+    with_dedup = HFEngine(model, pad_token_id=0, dedup_prompts=True, cache=cache).generate(prompts, params)
+    without = HFEngine(model, pad_token_id=0, dedup_prompts=False, cache=cache).generate(prompts, params)
     assert [g.token_ids for g in with_dedup] == [g.token_ids for g in without]
     assert [g.finish_reason for g in with_dedup] == [g.finish_reason for g in without]
     for a, b in zip(with_dedup, without):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_shared_prefix_plan_by_hand():
+    plan = shared_prefix_plan([[1, 2, 3, 4], [9, 9], [1, 2, 3, 5]])
+    assert plan.prefixes == [[9], [1, 2, 3]]  # built from the end of the sorted order
+    assert plan.prefix_of == [1, 0, 1]
+    assert plan.suffixes == [[4], [9], [5]]
+    # identical prompts keep their last token as suffix; 2 prefixes x 3 + 3 rows x 1 positions
+    identical = shared_prefix_plan([[1, 2, 3, 4]] * 3)
+    assert (identical.prefixes, identical.suffixes) == ([[1, 2, 3]], [[4]] * 3)
+    assert plan.padded_tokens() == 2 * 3 + 3 * 1
+
+
+def test_shared_prefix_plan_prefers_the_longer_prefix_of_each_group():
+    # two groups of 3 share [1, 1] across groups but 6 tokens within: two runs save 2 x 2 x 6 = 24 > 5 x 2
+    group_a = [[1, 1, 2, 2, 2, 2, t] for t in (10, 11, 12)]
+    group_b = [[1, 1, 3, 3, 3, 3, t] for t in (10, 11, 12)]
+    plan = shared_prefix_plan(group_a + group_b)
+    assert sorted(plan.prefixes) == [[1, 1, 2, 2, 2, 2], [1, 1, 3, 3, 3, 3]]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=8))
+def test_shared_prefix_plan_splits_every_prompt_into_its_prefix_and_a_suffix(prompts):
+    plan = shared_prefix_plan(prompts)
+    for b, prompt in enumerate(prompts):
+        assert plan.prefixes[plan.prefix_of[b]] + plan.suffixes[b] == prompt
+        assert len(plan.suffixes[b]) >= 1
+    saved = sum(map(len, prompts)) - sum(map(len, plan.prefixes)) - sum(map(len, plan.suffixes))
+    assert saved >= 0
+
+
+# later turns of two groups: each group's rows start with the group's first prompt, then differ
+GROUP_PROMPTS = [[5, 17, 42, 8, 9, 10, 11, 12, 13] + tail for tail in ([1, 2, 3], [4, 5], [6, 7, 8, 9], [1, 2, 4])] + [
+    [30, 31, 32, 33, 34, 35] + tail for tail in ([40], [41, 42, 43], [44, 45])
+]
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "graph"])
+def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model, cache):
+    engine = HFEngine(model, pad_token_id=0, cache=cache)
+    plan = shared_prefix_plan(GROUP_PROMPTS)
+    assert len(plan.prefixes) == 2  # the chunk takes the two-forward path
+    with torch.no_grad():
+        shared_logits, _, mask, copy_index = engine._prefill(GROUP_PROMPTS, 4, torch.device("cpu"))
+        plain_logits, *_ = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=False)._prefill(
+            GROUP_PROMPTS, 4, torch.device("cpu")
+        )
+    assert copy_index is None  # the cache has a row per prompt already
+    assert mask.sum(-1).tolist() == [len(p) for p in GROUP_PROMPTS]
+    torch.testing.assert_close(shared_logits, plain_logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+@pytest.mark.parametrize(
+    "params",
+    [greedy(10), SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])],
+)
+def test_shared_prefix_prefill_samples_what_the_plain_prefill_samples(model, cache, params):
+    # same logits up to rounding and the same random draws per row: the same tokens (a draw would have to
+    # land within rounding of a cumulative-probability boundary to differ)
+    shared = HFEngine(model, pad_token_id=0, cache=cache).generate(GROUP_PROMPTS, params)
+    plain = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=False).generate(GROUP_PROMPTS, params)
+    assert [g.token_ids for g in shared] == [g.token_ids for g in plain]
+    for a, b in zip(shared, plain):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 

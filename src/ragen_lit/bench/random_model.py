@@ -13,6 +13,19 @@ from ragen_lit.bench.common import progress
 from ragen_lit.presets.tiny.build import TinyRecipe, tokenizer_corpus
 from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 
+# Qwen2.5-0.5B's shape
+QWEN_0_5B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1e6,
+}
+
 
 def qwen_config(tokenizer, smoke: bool) -> transformers.Qwen2Config:
     """Qwen2.5-0.5B's shape (random init), or a tiny one with the tokenizer's vocabulary for --smoke."""
@@ -33,18 +46,7 @@ def qwen_config(tokenizer, smoke: bool) -> transformers.Qwen2Config:
             max_position_embeddings=4096,
             **ids,
         )
-    return transformers.Qwen2Config(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-        rope_theta=1e6,
-        **ids,
-    )
+    return transformers.Qwen2Config(**QWEN_0_5B, **ids)
 
 
 def write_random_model(folder: Path, smoke: bool, device: torch.device) -> transformers.Qwen2Config:

@@ -36,6 +36,7 @@ Entry point: `scripts/bench_step.py`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 import time
@@ -57,6 +58,7 @@ from ragen_lit.bench.common import (
 )
 from ragen_lit.bench.machine import utc_now
 from ragen_lit.bench.random_model import write_random_model
+from ragen_lit.bench.roofline import decode_workload, model_roofline
 from ragen_lit.bench.step_baselines import (
     engine_generation,
     hf_generate,
@@ -67,12 +69,29 @@ from ragen_lit.bench.step_baselines import (
     turn_prompts,
 )
 from ragen_lit.bench.step_report import format_table
+from ragen_lit.bench.trl_baseline import trl_available, trl_grpo_step
 from ragen_lit.config import load_config
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule
 
 DIAGNOSTICS_EVERY = 2  # the bench's schedule: iteration 2 is a warm diagnostics iteration
+# --shape: config overrides on top of the bench's own. "trl": the single-turn GRPO shape of TRL's GRPOTrainer
+# comparison (8 prompts x 16 completions of 128 tokens, one optimizer step per iteration), run with
+# --iterations 4 --no-diagnostics unless given
+SHAPES = {
+    "multi-turn": [],
+    "trl": [
+        "rollout.max_turns=1",
+        "rollout.max_new_tokens=128",
+        "rollout.groups=8",
+        "rollout.group_size=16",
+        "algo=grpo",
+        "optim.num_minibatches=1",
+        "optim.micro_batch_size=16",
+        "model.compile=true",
+    ],
+}
 
 
 def add_synthetic_reasoning(trajectories, tokenizer) -> None:
@@ -146,33 +165,50 @@ class PipelineProbe(L.Callback):
         progress(f"iteration {trainer.current_epoch}: " + ", ".join(f"{k} {v:.2f}s" for k, v in spent.items()))
 
 
+def turn_calls(trajectories) -> list[tuple[list[int], list[int]]]:
+    """Per turn (one engine call), the prompt length and the sampled token count of every episode still running."""
+    most = max(len(t.turns) for t in trajectories)
+    return [
+        (
+            [t.turns[k].prompt_end for t in trajectories if len(t.turns) > k],
+            [t.turns[k].response_end - t.turns[k].prompt_end for t in trajectories if len(t.turns) > k],
+        )
+        for k in range(most)
+    ]
+
+
 def run(args, save) -> dict:
     """The pipeline, then the baselines; `save(results)` is called after every stage (partial results
-    survive a timeout)."""
+    survive a timeout). The model folder lives until the end (TRL loads it too)."""
+    with tempfile.TemporaryDirectory(prefix="bench-step-") as folder:
+        return _run(args, save, folder)
+
+
+def _run(args, save, folder: str) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = load_config(str(CONFIG))
-    with tempfile.TemporaryDirectory(prefix="bench-step-") as folder:
-        model_config = write_random_model(Path(folder), args.smoke, device)
-        overrides = (
-            [
-                "model.name=hf",
-                f"model.path={folder}",
-                "algo=ppo",
-                "filter.strategy=none",
-                f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}",
-                f"trainer.iterations={args.iterations}",
-                f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
-            ]
-            + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
-            + args.set
-        )
-        cfg = load_config(str(CONFIG), overrides)
-        if cfg.trainer.threads:
-            torch.set_num_threads(cfg.trainer.threads)
-        L.seed_everything(cfg.trainer.seed, verbose=False)
-        module = AgentRLModule(cfg)
-        data = RolloutDataModule(cfg)
-    progress(f"model written and loaded ({cfg.model.path} removed); fit of {args.iterations} iterations")
+    model_config = write_random_model(Path(folder), args.smoke, device)
+    overrides = (
+        [
+            "model.name=hf",
+            f"model.path={folder}",
+            "algo=ppo",
+            "filter.strategy=none",
+            f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}",
+            f"trainer.iterations={args.iterations}",
+            f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
+        ]
+        + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
+        + SHAPES[args.shape]
+        + args.set
+    )
+    cfg = load_config(str(CONFIG), overrides)
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    L.seed_everything(cfg.trainer.seed, verbose=False)
+    module = AgentRLModule(cfg)
+    data = RolloutDataModule(cfg)
+    progress(f"model written to {folder} and loaded; fit of {args.iterations} iterations")
     clock = Clock(device)
     probe = PipelineProbe(clock, module, data)
     trainer = L.Trainer(
@@ -238,6 +274,7 @@ def run(args, save) -> dict:
         },
         "config": {
             "smoke": args.smoke,
+            "shape": args.shape,
             "iterations": args.iterations,
             "policy_params": policy_params,
             "critic_params": critic_params,
@@ -285,6 +322,9 @@ def run(args, save) -> dict:
             "update_mfu": flops / mean["update"] / peak_flops,
             "update_mfu_naive_count": naive_flops / mean["update"] / peak_flops,
         },
+        "roofline": dataclasses.asdict(
+            model_roofline(module.policy, decode_workload(turn_calls(trajectories)), device_name(device))
+        ),
         "peak_memory_gib": {k: v / 2**30 for k, v in clock.peak_bytes.items()},
         "alloc_retries": dict(clock.alloc_retries),
         "baselines": {},
@@ -292,6 +332,9 @@ def run(args, save) -> dict:
     }
     save(results)
     progress("pipeline done: " + json.dumps({k: round(v, 3) for k, v in results["step"].items()}))
+    if args.trl:
+        results["baselines"]["trl"] = trl_comparison(module, trajectories, folder, args.iterations, device)
+        save(results)
 
     if args.pipeline_only:
         return results
@@ -342,14 +385,51 @@ def run(args, save) -> dict:
     return results
 
 
+def trl_comparison(module, trajectories, folder: str, iterations: int, device: torch.device) -> dict:
+    """TRL's GRPOTrainer on the groups' first-turn prompts (as text), the same model folder and shape, or why not."""
+    if module.cfg.rollout.max_turns != 1:
+        return {"skipped": "TRL's GRPOTrainer is single-turn: run it with --shape trl (rollout.max_turns=1)"}
+    if not trl_available():
+        return {"skipped": "trl is not importable: pip install trl to time TRL's GRPOTrainer on the same prompts"}
+    first_prompts = {}
+    for t in trajectories:
+        first_prompts.setdefault(t.group, t.token_ids[: t.turns[0].prompt_end])
+    prompts = [module.tokenizer.decode(ids) for ids in first_prompts.values()]
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    progress(f"TRL GRPOTrainer: {len(prompts)} prompts x {module.cfg.rollout.group_size}, {iterations} steps")
+    timing = trl_grpo_step(
+        folder,
+        prompts,
+        group_size=module.cfg.rollout.group_size,
+        max_new_tokens=module.cfg.rollout.max_new_tokens,
+        steps=iterations,
+        device=device,
+    )
+    progress(f"TRL GRPOTrainer: {timing}")
+    return timing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model and batch: checks that the script runs")
     parser.add_argument(
+        "--shape",
+        choices=list(SHAPES),
+        default="multi-turn",
+        help="multi-turn: the FrozenLake PPO step; trl: the single-turn GRPO shape of the TRL comparison "
+        "(sets --no-diagnostics, and --iterations 4 unless given)",
+    )
+    parser.add_argument(
+        "--trl",
+        action="store_true",
+        help="also time TRL's GRPOTrainer on the same prompts, model folder and shape (--shape trl; needs trl)",
+    )
+    parser.add_argument(
         "--iterations",
         type=int,
-        default=3,
-        help="RL iterations (>= 3: warm-up, steady, diagnostics; >= 2 with --no-diagnostics)",
+        default=None,
+        help="RL iterations (>= 3: warm-up, steady, diagnostics; >= 2 with --no-diagnostics); default 3 (trl: 4)",
     )
     parser.add_argument(
         "--no-diagnostics", action="store_true", help="skip the diagnostics measurement (step without them)"
@@ -383,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after the fit: no prepare split, engine, transformers or plain-update baselines",
     )
     args = parser.parse_args(argv)
+    if args.shape == "trl":
+        args.no_diagnostics = True
+    if args.iterations is None:
+        args.iterations = 4 if args.shape == "trl" else 3
     if args.iterations < (2 if args.no_diagnostics else 3):
         raise ValueError(
             "--iterations must be >= 3 (warm-up, a steady step, a diagnostics step; >= 2 with "

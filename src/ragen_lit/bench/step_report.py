@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from ragen_lit.bench.roofline import Roofline, format_achieved, format_roofline
+
 
 def format_table(res: dict) -> str:
     """The printed report: run description, the step's phases, the same work done by other code, memory."""
@@ -82,6 +84,21 @@ def format_table(res: dict) -> str:
             f"{b['plain_update_s'] / t['last_update_s']:.2f} |",
             f"| update MFU (same FLOP count) | {t['update_mfu']:.1%} | {b['plain_update_mfu']:.1%} | |",
         ]
+    trl = b.get("trl")
+    if trl and "skipped" in trl:
+        lines.append(f"| step seconds: ragen_lit vs TRL GRPOTrainer | {step:.3f} | {trl['skipped']} | |")
+    elif trl:
+        lines += [
+            f"| step seconds, same prompts, model, shape: ragen_lit vs TRL {trl['version']} GRPOTrainer | "
+            f"{step:.3f} | {trl['step_s']:.3f} | {trl['step_s'] / step:.2f} |",
+            "",
+            f"ragen_lit step = {step / trl['step_s']:.2f}x TRL's step",
+        ]
+    roof = Roofline(**res["roofline"])
+    lines += ["", format_roofline(roof), "- rollout loop: " + format_achieved(roof, t["generation_tokens_per_s"])]
+    for key, timing in engines:
+        cache = timing.get("cache", key.removeprefix("engine_"))
+        lines.append(f"- engine alone (cache={cache}): " + format_achieved(roof, timing["tokens_per_s"]))
     memory = "peak GPU memory: n/a (CPU)"
     if mem:
         memory = "peak GPU memory (allocated, GiB) per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in mem.items())

@@ -5,6 +5,8 @@ them into chunks of `max_batch_size` rows, and for each chunk
 
 1. prefills every distinct prompt once (left-padded; position ids from the attention-mask cumsum)
    and copies its cache rows to each rollout sharing it (turn 1 of a group: 16 rollouts, 1 prompt);
+   where prompts share a long prefix without being identical (later turns of a group start with the
+   same first prompt), the prefix once and then each row's own suffix, if that computes fewer positions;
 2. decodes token by token with a transformers KV cache (`DynamicCache`, or `StaticCache` with
    cache="static"), sampling all rows at once (`sample_next_tokens`) and detecting stop tokens /
    stop sequences with tensor ops;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import Cache, DynamicCache, StaticCache
@@ -132,6 +135,56 @@ def ends_with_stop_sequence(generated: torch.Tensor, stop_sequences: Sequence[to
             tail = generated[:, -length:]
             hits |= (tail[:, None, :] == sequences[None]).all(dim=-1).any(dim=-1)
     return hits
+
+
+@dataclass
+class PrefixPlan:
+    """How a chunk's prompts share prefixes: `prefixes[k]` is computed once, then row b continues prefix
+    `prefix_of[b]` with its own `suffixes[b]` (at least one token)."""
+
+    prefixes: list[list[int]]
+    prefix_of: list[int]
+    suffixes: list[list[int]]
+
+    def padded_tokens(self) -> int:
+        """Positions the two prefill forwards compute: distinct prefixes x the longest, rows x the longest suffix."""
+        return len(self.prefixes) * max(map(len, self.prefixes)) + len(self.suffixes) * max(map(len, self.suffixes))
+
+
+def shared_prefix_plan(prompts: Sequence[Sequence[int]]) -> PrefixPlan:
+    """Split the prompts into runs that share a prefix, saving the most prefix tokens.
+
+    In lexicographic order, prompts sharing a prefix are adjacent, and a run of them shares the smallest
+    common-prefix length of its neighbours. A run of m prompts sharing p tokens saves (m - 1) * p; the runs
+    are chosen by dynamic programming over the sorted order (O(n^2), n = chunk rows). Each prompt keeps at
+    least its last token as suffix (its logits start the sampling); a run of one has the prompt minus its last
+    token as prefix. Example: [1,2,3,4], [1,2,3,5], [9,9] -> prefixes [1,2,3] and [9], suffixes [4], [5], [9].
+    """
+    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
+    common = [0] * len(order)  # common[j]: shared prefix length of sorted prompts j - 1 and j
+    for j in range(1, len(order)):
+        a, b = prompts[order[j - 1]], prompts[order[j]]
+        n = min(len(a), len(b))
+        common[j] = next((k for k in range(n) if a[k] != b[k]), n)
+    # best[j]: the most tokens saved by runs covering sorted prompts 0..j-1; start[j]: where the last run starts
+    best, start = [0] * (len(order) + 1), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        shared = len(prompts[order[j - 1]]) - 1
+        best[j], start[j] = best[j - 1], j - 1
+        for i in range(j - 2, -1, -1):  # run i..j-1
+            shared = min(shared, common[i + 1], len(prompts[order[i]]) - 1)
+            if best[i] + (j - 1 - i) * shared > best[j]:
+                best[j], start[j] = best[i] + (j - 1 - i) * shared, i
+    prefixes, prefix_of, suffixes = [], [0] * len(prompts), [[] for _ in prompts]
+    j = len(order)
+    while j > 0:
+        run = order[start[j] : j]
+        shared = min([len(prompts[i]) - 1 for i in run] + common[start[j] + 1 : j])
+        for i in run:
+            prefix_of[i], suffixes[i] = len(prefixes), list(prompts[i][shared:])
+        prefixes.append(list(prompts[run[0]][:shared]))
+        j = start[j]
+    return PrefixPlan(prefixes, prefix_of, suffixes)
 
 
 class HFEngine:
@@ -259,7 +312,9 @@ class HFEngine:
         Returns `last_logits: [B, V]`, the cache, `attention_mask: [B, L] bool` and `copy_index`.
         With dedup on, each run of identical prompts is computed once: the cache then holds one row
         per distinct prompt, and `copy_index: [B]` says which cache row each prompt continues
-        (None when the cache has the B rows already).
+        (None when the cache has the B rows already). Where prompts share long prefixes without being
+        identical (the later turns of a group) and that computes fewer positions, the shared prefixes are
+        computed once instead and each row's own suffix after them (`_prefill_shared`; dynamic caches only).
         """
         distinct = prompts
         copy_index = None
@@ -268,15 +323,50 @@ class HFEngine:
             if not all(is_new):
                 distinct = [p for p, new in zip(prompts, is_new) if new]
                 copy_index = torch.tensor(is_new, device=device).cumsum(0) - 1
+        if self.dedup_prompts and self.cache != "static":  # a StaticCache is not grown by reorder_cache
+            plan = shared_prefix_plan(prompts)
+            if all(plan.prefixes) and plan.padded_tokens() < len(distinct) * max(map(len, distinct)):
+                return self._prefill_shared(plan, max_new_tokens, device)
         input_ids, attention_mask = left_pad(distinct, self.pad_token_id, device)
+        cache = self._new_cache(input_ids.shape[1] + max_new_tokens)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        last_logits = self._forward_prompt(input_ids, attention_mask, position_ids, cache)
+        if copy_index is not None:
+            last_logits, attention_mask = last_logits[copy_index], attention_mask[copy_index]
+        return last_logits, cache, attention_mask, copy_index
+
+    def _prefill_shared(
+        self, plan: PrefixPlan, max_new_tokens: int, device: torch.device
+    ) -> tuple[torch.Tensor, Cache, torch.Tensor, None]:
+        """Prefill in two forwards: the distinct prefixes (left-padded), their cache rows copied to the rows
+        continuing them, then every row's suffix (left-padded) on top. A row's cache is then [padding, prefix,
+        padding, suffix]; the mask hides the padding and the position ids count real tokens only, so each row
+        sees exactly its prompt at its positions. Same returns as `_prefill` (the cache has the B rows)."""
+        prefix_ids, prefix_mask = left_pad(plan.prefixes, self.pad_token_id, device)
+        suffix_ids, suffix_mask = left_pad(plan.suffixes, self.pad_token_id, device)
+        cache = self._new_cache(prefix_ids.shape[1] + suffix_ids.shape[1] + max_new_tokens)
+        self._forward_prompt(prefix_ids, prefix_mask, (prefix_mask.cumsum(-1) - 1).clamp(min=0), cache)
+        rows = torch.tensor(plan.prefix_of, device=device)
+        cache.reorder_cache(rows)
+        attention_mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
+        position_ids = prefix_mask.sum(-1)[rows, None] + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        return self._forward_prompt(suffix_ids, attention_mask, position_ids, cache), cache, attention_mask, None
+
+    def _new_cache(self, length: int) -> Cache:
+        """An empty cache for a prefill: static for cache="static", else dynamic ("graph" copies it into its slot)."""
+        if self.cache == "static":
+            return StaticCache(config=self.model.config, max_cache_len=length)
+        return DynamicCache(config=self.model.config)
+
+    def _forward_prompt(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """One prefill forward of `input_ids: [B, W]` into `cache` (`attention_mask` covers the cached positions
+        too); returns the logits of the last position `[B, V]`."""
         vocab_size = self.model.get_input_embeddings().num_embeddings
         if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size:
             raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        if self.cache == "static":  # "graph" prefills into a dynamic cache, copied into its slot after
-            cache = StaticCache(config=self.model.config, max_cache_len=input_ids.shape[1] + max_new_tokens)
-        else:
-            cache = DynamicCache(config=self.model.config)
+        cached = cache.get_seq_length()
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -285,17 +375,14 @@ class HFEngine:
             logits_to_keep=1,
             **{self._cache_keyword: cache},
         )
-        if cache.get_seq_length() == 0:
+        if cache.get_seq_length() == cached:
             # A forward that does not know the keyword swallows it in **kwargs and decodes every later
             # token without its context: text that looks like text, and a success rate of 0.
             raise RuntimeError(
                 f"{type(self.model).__name__} did not fill the KV cache passed as {self._cache_keyword}=; "
                 "the decode loop cannot continue the prompts"
             )
-        last_logits = out.logits[:, -1]
-        if copy_index is not None:
-            last_logits, attention_mask = last_logits[copy_index], attention_mask[copy_index]
-        return last_logits, cache, attention_mask, copy_index
+        return out.logits[:, -1]
 
     def _sample_chunk(
         self,
