@@ -103,6 +103,9 @@ class RolloutConfig:
     hf_cache: str = checked("auto", choices=HF_CACHE_MODES)
     """hf only: decode loop: auto (graph on GPU, dynamic on CPU) | dynamic | static | graph (fixed shapes, CUDA graphs
     on GPU)"""
+    hf_share_prefixes: bool = False
+    """hf only: prefill the first prompt a group's later-turn prompts share once (fewer positions; logits equal up to
+    rounding, so sampled tokens may differ from the default path; off until measured on a GPU)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

@@ -328,7 +328,7 @@ GROUP_PROMPTS = [[5, 17, 42, 8, 9, 10, 11, 12, 13] + tail for tail in ([1, 2, 3]
 
 @pytest.mark.parametrize("cache", ["dynamic", "graph"])
 def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model, cache):
-    engine = HFEngine(model, pad_token_id=0, cache=cache)
+    engine = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=True)
     plan = shared_prefix_plan(GROUP_PROMPTS)
     assert len(plan.prefixes) == 2  # the chunk takes the two-forward path
     with torch.no_grad():
@@ -349,7 +349,7 @@ def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model, cache):
 def test_shared_prefix_prefill_samples_what_the_plain_prefill_samples(model, cache, params):
     # same logits up to rounding and the same random draws per row: the same tokens (a draw would have to
     # land within rounding of a cumulative-probability boundary to differ)
-    shared = HFEngine(model, pad_token_id=0, cache=cache).generate(GROUP_PROMPTS, params)
+    shared = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=True).generate(GROUP_PROMPTS, params)
     plain = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=False).generate(GROUP_PROMPTS, params)
     assert [g.token_ids for g in shared] == [g.token_ids for g in plain]
     for a, b in zip(shared, plain):
@@ -585,3 +585,13 @@ class _CacheIgnoringModel(_PastKeyValuesModel):
 def test_a_model_that_leaves_the_cache_empty_stops_the_engine(model):
     with pytest.raises(RuntimeError, match=r"_CacheIgnoringModel did not fill the KV cache passed as cache="):
         HFEngine(_CacheIgnoringModel(model), pad_token_id=0).generate(PROMPTS[:2], greedy(3))
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_the_config_switches_prefix_sharing(model, share):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, [f"rollout.hf_share_prefixes={str(share).lower()}"])
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine.share_prefixes is share

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         for cache in caches:
             timings = []
             for dedup in (True, False):
-                engine = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=dedup, device=device)
+                engine = HFEngine(
+                    model, pad_token_id=0, cache=cache, dedup_prompts=dedup, share_prefixes=dedup, device=device
+                )
                 if device.type == "cuda":
                     Timing(engine, prompts, params, device)
                 timings.append(Timing(engine, prompts, params, device))

@@ -21,6 +21,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             pad_token_id=pad_token_id,
             max_batch_size=rollout_cfg.max_batch_size,
             cache=rollout_cfg.hf_cache,
+            share_prefixes=rollout_cfg.hf_share_prefixes,
         )
     if rollout_cfg.engine == "vllm":
         from ragen_lit.engines.vllm import VLLMEngine

@@ -5,8 +5,9 @@ them into chunks of `max_batch_size` rows, and for each chunk
 
 1. prefills every distinct prompt once (left-padded; position ids from the attention-mask cumsum)
    and copies its cache rows to each rollout sharing it (turn 1 of a group: 16 rollouts, 1 prompt);
-   where prompts share a long prefix without being identical (later turns of a group start with the
-   same first prompt), the prefix once and then each row's own suffix, if that computes fewer positions;
+   with `share_prefixes`, where prompts share a long prefix without being identical (later turns of a
+   group start with the same first prompt), the prefix once and then each row's own suffix, if that
+   computes fewer positions;
 2. decodes token by token with a transformers KV cache (`DynamicCache`, or `StaticCache` with
    cache="static"), sampling all rows at once (`sample_next_tokens`) and detecting stop tokens /
    stop sequences with tensor ops;
@@ -202,7 +203,12 @@ class HFEngine:
             one-token forward captured once in a CUDA graph and replayed; on CPU the same loop runs
             eagerly. Needs sdpa/eager attention and full attention in every layer; see
             `decode_graphs.py`), or "auto": "graph" on CUDA where the model supports it, else "dynamic".
-        dedup_prompts: prefill identical prompts of a chunk once and copy their cache rows.
+        dedup_prompts: prefill identical prompts of a chunk once and copy their cache rows (exact).
+        share_prefixes: also compute a prefix that non-identical prompts share once (the later turns of a
+            group all start with its first prompt), then each row's own suffix, where that computes fewer
+            positions (dynamic and graph caches). The logits equal the plain prefill's up to rounding, so a
+            sampled token can differ where a draw falls within rounding of a boundary; off by default, which
+            keeps runs bit-identical to those measured before it existed.
     """
 
     def __init__(
@@ -214,6 +220,7 @@ class HFEngine:
         device: torch.device | str | None = None,
         cache: str = "dynamic",
         dedup_prompts: bool = True,
+        share_prefixes: bool = False,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -231,6 +238,7 @@ class HFEngine:
         self.device = None if device is None else torch.device(device)
         self.cache = cache
         self.dedup_prompts = dedup_prompts
+        self.share_prefixes = share_prefixes
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on (the module is shared, so its weights are always current).
@@ -312,9 +320,10 @@ class HFEngine:
         Returns `last_logits: [B, V]`, the cache, `attention_mask: [B, L] bool` and `copy_index`.
         With dedup on, each run of identical prompts is computed once: the cache then holds one row
         per distinct prompt, and `copy_index: [B]` says which cache row each prompt continues
-        (None when the cache has the B rows already). Where prompts share long prefixes without being
-        identical (the later turns of a group) and that computes fewer positions, the shared prefixes are
-        computed once instead and each row's own suffix after them (`_prefill_shared`; dynamic caches only).
+        (None when the cache has the B rows already). With `share_prefixes`, where prompts share long prefixes
+        without being identical (the later turns of a group) and that computes fewer positions, the shared
+        prefixes are computed once instead and each row's own suffix after them (`_prefill_shared`; dynamic
+        caches only).
         """
         distinct = prompts
         copy_index = None
@@ -323,7 +332,7 @@ class HFEngine:
             if not all(is_new):
                 distinct = [p for p, new in zip(prompts, is_new) if new]
                 copy_index = torch.tensor(is_new, device=device).cumsum(0) - 1
-        if self.dedup_prompts and self.cache != "static":  # a StaticCache is not grown by reorder_cache
+        if self.share_prefixes and self.cache != "static":  # a StaticCache is not grown by reorder_cache
             plan = shared_prefix_plan(prompts)
             if all(plan.prefixes) and plan.padded_tokens() < len(distinct) * max(map(len, distinct)):
                 return self._prefill_shared(plan, max_new_tokens, device)
