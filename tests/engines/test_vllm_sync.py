@@ -463,3 +463,16 @@ def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
         assert_layers_compute_with(result["layers_after"], "after the sync")
     # Unseeded requests follow the engine seed, which is offset by the rank.
     assert ranks[0]["unseeded_sample"] != ranks[1]["unseeded_sample"]
+
+
+@pytest.mark.vllm
+def test_vllm_scores_as_the_lora_policy_after_an_adapter_step_and_sync(tmp_path):
+    run_check(tmp_path, "lora")
+    result = json.loads((tmp_path / "lora.json").read_text())
+    # the steps moved the adapted policy well beyond bf16 noise (measured ~0.005), and vLLM follows it: it got the
+    # merged weights, not the base ones
+    assert mean_abs(result["trainer_after"], result["trainer_before"]) >= 5 * BF16_TOL
+    assert max_abs(result["vllm_after"], result["trainer_after"]) <= BF16_TOL
+    assert mean_abs(result["vllm_after"], result["trainer_before"]) >= 5 * BF16_TOL
+    assert_layers_compute_with(result["layers_after"], "after the LoRA sync")
+    assert result["base_weights_unchanged"]  # the push merged copies, never the trainer's frozen weights
