@@ -12,6 +12,7 @@ import transformers
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, linear_layer_names
 
+pytestmark = pytest.mark.floors
 ADAPTERS = {"r": 2, "alpha": 4.0, "dropout": 0.0}
 
 

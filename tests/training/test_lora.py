@@ -18,6 +18,7 @@ from ragen_lit.logprobs import token_logprobs
 from ragen_lit.models import load_policy
 from ragen_lit.training.module import AgentRLModule, attach_fabric
 
+pytestmark = pytest.mark.floors
 ROOT = Path(__file__).resolve().parents[2]
 # lr 1e-2: one step moves the tiny model's log-probs far beyond float32 noise
 LORA = ["model.dtype=float32", "model.lora.r=4", "optim.actor_lr=1e-2", "optim.critic_lr=1e-2", "trainer.threads=1"]
