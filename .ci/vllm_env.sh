@@ -18,7 +18,7 @@ works() {
 import importlib.metadata as md
 import importlib.util
 # find_spec, not import: importing vllm takes ~30 s on this machine.
-for name in ("vllm", "ragen_lit", "lightning", "hydra", "gymnasium", "mlflow", "pytest", "hypothesis"):
+for name in ("vllm", "ragen_lit", "lightning", "hydra", "gymnasium", "mlflow", "pytest", "hypothesis", "peft"):
     assert importlib.util.find_spec(name) is not None, name
 for name in ("torchvision", "torchaudio", "torchcodec"):
     assert importlib.util.find_spec(name) is None, name

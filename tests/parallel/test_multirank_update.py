@@ -25,7 +25,7 @@ SPLITS = {"A": ([0, 1, 2, 3], [4, 5]), "B": ([0, 1, 2, 3, 4, 5], [])}
 TOL = 1e-6
 
 
-def _cfg(model_dir, preset):
+def _cfg(model_dir, preset, extra=()):
     return load_config(
         None,
         [
@@ -35,6 +35,7 @@ def _cfg(model_dir, preset):
             "algo.kl_coef=0.05",
             "optim.micro_batch_size=2",
             "trainer.threads=1",
+            *extra,
         ],
     )
 
@@ -48,11 +49,11 @@ def _sgd(module):
     return optimizers, [torch.optim.lr_scheduler.LambdaLR(o, lambda _: 1.0) for o in optimizers]
 
 
-def _module(model_dir, preset):
+def _module(model_dir, preset, extra=()):
     from ragen_lit.training.module import AgentRLModule, attach_fabric
 
     torch.manual_seed(0)
-    module = attach_fabric(AgentRLModule(_cfg(model_dir, preset)))  # `update` without a Trainer
+    module = attach_fabric(AgentRLModule(_cfg(model_dir, preset, extra)))  # `update` without a Trainer
     module.on_fit_start()
     return module
 
@@ -68,7 +69,7 @@ def _run(module, raw):
     }
 
 
-def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str) -> None:
+def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str, presets=PRESETS, extra=()) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -76,13 +77,13 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         expected = torch.load(expected_path, weights_only=False)
-        for preset in PRESETS:
+        for preset in presets:
             for split, rows_of_rank in SPLITS.items():
                 if preset != "ppo" and split == "B":
                     continue  # the rank without rows takes the same path for every preset
                 rows = rows_of_rank[rank]
                 mine = select_rows(expected["raw"], rows) if rows else None
-                got = _run(_module(model_dir, preset), mine)
+                got = _run(_module(model_dir, preset, extra), mine)
                 want = expected[preset]
                 if rows:
                     torch.testing.assert_close(
@@ -117,3 +118,19 @@ def test_data_parallel_update_equals_single_process_update(tmp_path, tiny_model_
     path = tmp_path / "expected.pt"
     torch.save(expected, path)
     mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path)), nprocs=2, join=True)
+
+
+# LoRA under data parallel: the adapters (all that has gradients) are summed over ranks like full weights; PPO for
+# the critic's adapters and value head, kl_coef > 0 for the adapter-free reference
+LORA = ("model.lora.r=4",)
+
+
+def test_data_parallel_lora_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
+    import torch.multiprocessing as mp
+
+    module = _module(tiny_model_dir, "ppo", LORA)
+    raw = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
+    expected = {"raw": raw, "ppo": _run(module, raw)}
+    path = tmp_path / "expected.pt"
+    torch.save(expected, path)
+    mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path), ("ppo",), LORA), nprocs=2, join=True)

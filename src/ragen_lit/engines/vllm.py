@@ -14,7 +14,8 @@ built, so this module imports without vLLM. The engine runs in this process
   `load_weights` and then re-runs the kernel-format processing that some backends apply to weights,
   e.g. CPU weight packing), as full tensors: FSDP2 `DTensor.full_tensor()`, FSDP1 under
   `summon_full_params(writeback=False)`. Wrapper segments are dropped from the names, a PEFT model's
-  adapters are merged for the push and unmerged after it, and the prefix cache is reset.
+  LoRA layers are pushed merged (W + (alpha / r) B A, computed per tensor; the model itself is never
+  merged, so its base weights stay bit for bit what they were), and the prefix cache is reset.
 - **Tied weights** (Qwen2.5-0.5B/1.5B/3B, SmolLM2: `lm_head` shares `embed_tokens.weight`): vLLM's
   reload processes a layer only when a checkpoint tensor addresses it, and the tied head gets none
   (its loader skips `lm_head.*`). Its shared weight is updated in place, but on CPU its post-load
@@ -91,26 +92,38 @@ def vllm_weight_name(name: str) -> str | None:
     return cleaned.removeprefix(_PEFT_PREFIX)
 
 
-def _adapter_owner(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The outermost module with PEFT's `merge_adapter`/`unmerge_adapter`, or None."""
+def lora_layers(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
+    """{id(base weight): its PEFT LoRA layer} for every LoRA layer of `model` (a module with `base_layer` and
+    `get_delta_weight`) whose adapters act in its forward: not disabled, and not merged into the base weight."""
+    found = {}
     for module in model.modules():
-        if callable(getattr(module, "merge_adapter", None)) and callable(getattr(module, "unmerge_adapter", None)):
-            return module
-    return None
+        base = getattr(module, "base_layer", None)
+        if base is None or not callable(getattr(module, "get_delta_weight", None)):
+            continue
+        if not (module.merged or module.disable_adapters):
+            found[id(base.weight)] = module
+    return found
+
+
+def merged_weight(weight: torch.Tensor, layer: torch.nn.Module) -> torch.Tensor:
+    """`weight` (the LoRA layer's base weight, [out, in]) plus each active adapter's delta (alpha / r) B A, in
+    the weight's dtype: what the layer's forward computes with, as one tensor. A new tensor; nothing is changed."""
+    adapters = [a for a in layer.active_adapters if a in layer.lora_A or a in layer.lora_embedding_A]
+    with torch.no_grad():  # no yield inside: the grad mode cannot leak into a generator's consumer
+        merged = weight.float()
+        for adapter in adapters:
+            merged = merged + layer.get_delta_weight(adapter).float()
+    return merged.to(weight.dtype)
 
 
 @contextmanager
 def _full_weights(model: torch.nn.Module) -> Iterator[None]:
-    """Within: FSDP1 parameters are unsharded (changes discarded on exit) and LoRA is merged."""
+    """Within: FSDP1 parameters are unsharded (changes discarded on exit)."""
     with ExitStack() as stack:
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
             stack.enter_context(FullyShardedDataParallel.summon_full_params(model, writeback=False))
-        owner = _adapter_owner(model)
-        if owner is not None:
-            owner.merge_adapter()
-            stack.callback(owner.unmerge_adapter)
         yield
 
 
@@ -118,7 +131,8 @@ def trainer_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
     """Yield `(vllm_weight_name, full tensor)` for every parameter of `model` to push, one at a time.
 
     FSDP1 parameters are unsharded for the whole iteration, FSDP2 `DTensor`s are gathered one by
-    one, PEFT adapters are merged into the base weights (and unmerged when the iteration ends).
+    one, a PEFT LoRA layer's base weight comes merged with its adapters (`merged_weight`) under the
+    base model's name.
     Tensors are detached and cast to `dtype` (default: kept); they may alias the live parameters, so
     copy each one before advancing. Every rank of a sharded model must drain the iterator, since
     gathering is collective.
@@ -126,11 +140,14 @@ def trainer_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) ->
     # Detached tensors instead of torch.no_grad(): grad mode set inside a generator would leak into
     # the consumer's frame at every yield.
     with _full_weights(model):
+        adapted = lora_layers(model)
         for name, param in model.named_parameters():
             target = vllm_weight_name(name)
             if target is None:
                 continue
             tensor = full_tensor(param.detach())
+            if id(param) in adapted:
+                tensor = merged_weight(tensor, adapted[id(param)])
             yield target, (tensor if dtype is None else tensor.to(dtype)).contiguous()
 
 

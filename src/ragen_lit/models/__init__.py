@@ -1,4 +1,4 @@
-"""Model loading (`loaders`) and the critic (`critic`); which folder to load is `ragen_lit.presets`'s job."""
+"""Model loading (`loaders`), the critic (`critic`), LoRA adapters (`lora`); `ragen_lit.presets` picks the folder."""
 
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
@@ -14,16 +14,19 @@ from ragen_lit.models.loaders import (
     resolve_dtype,
     warn_if_untested_transformers,
 )
+from ragen_lit.models.lora import apply_lora, linear_layer_names
 
 __all__ = [
     "DTYPES",
     "TRANSFORMERS_RANGE",
     "Critic",
+    "apply_lora",
     "compile_layers",
     "context_length",
     "forward_cache_keyword",
     "kv_heads_and_dim",
     "layer_units",
+    "linear_layer_names",
     "load_critic",
     "load_policy",
     "load_tokenizer",

@@ -1,5 +1,9 @@
 """`AgentRLModule`: policy (+ critic, + frozen reference) and the PPO-family update, manual optimisation.
 
+With `model.lora.r > 0` the policy and the critic's backbone carry peft adapters and only those (and the value
+head) train; the KL reference is the policy with its adapters disabled, and checkpoints leave the frozen base
+weights out.
+
 The algorithm lives in `ragen_lit.algos` (pure tensor functions); this class wires it to Lightning:
 `prepare_batch` computes old/ref log-probs, values and advantages for one iteration's kept rollouts,
 `training_step` runs one optimizer step of actor and critic on one mini-batch (split into micro-batches
@@ -36,10 +40,11 @@ from ragen_lit.algos import (
 )
 from ragen_lit.config import Config
 from ragen_lit.engines.vllm import mean_abs_logprob_diff
+from ragen_lit.errors import ConfigError
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import compile_layers, load_critic, load_policy, load_tokenizer
+from ragen_lit.models import apply_lora, compile_layers, load_critic, load_policy, load_tokenizer
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
@@ -80,9 +85,12 @@ class AgentRLModule(L.LightningModule):
         self.tokenizer = load_tokenizer(self.model_path)
         self.chat = ChatFormat(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
+        lora = cfg.model.lora
         self.policy = load_policy(self.model_path, cfg.model.dtype)
         if cfg.model.gradient_checkpointing:
-            if cfg.trainer.strategy == "fsdp":  # FSDP2 composes with non-reentrant checkpointing only
+            # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
+            # grad, and a reentrant checkpoint would then give the adapters inside it none either
+            if cfg.trainer.strategy == "fsdp" or lora.r > 0:
                 self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
                 self.policy.gradient_checkpointing_enable()
@@ -91,8 +99,23 @@ class AgentRLModule(L.LightningModule):
             if uses_critic(cfg.algo.advantage)
             else None
         )
-        # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints
-        self._reference = [self._frozen_copy()] if cfg.algo.kl_coef > 0 else []
+        if lora.r > 0:
+            # the critic's backbone gets adapters too (a second full backbone to train would cost what LoRA saves);
+            # its value head stays fully trainable
+            adapters = {
+                "r": lora.r,
+                "alpha": lora.alpha,
+                "dropout": lora.dropout,
+                "target_modules": lora.target_modules,
+            }
+            self.policy = apply_lora(self.policy, **adapters, causal_lm=True)
+            if self.critic is not None:
+                self.critic.backbone = apply_lora(self.critic.backbone, **adapters, causal_lm=False)
+            # checkpoints leave the frozen base weights out (`on_save_checkpoint`); `on_load_checkpoint` checks the rest
+            self.strict_loading = False
+        # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints. Under LoRA the
+        # reference is the policy with its adapters disabled (`_reference_logprobs`): no copy at all
+        self._reference = [self._frozen_copy()] if cfg.algo.kl_coef > 0 and lora.r == 0 else []
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
         self._step_stats: dict[str, list[float]] = defaultdict(list)
         self._configured = False  # `configure_model` ran (sharding and compilation happen once)
@@ -107,7 +130,42 @@ class AgentRLModule(L.LightningModule):
 
     @property
     def reference(self):
+        """The frozen copy of the policy (`algo.kl_coef > 0` without LoRA), else None."""
         return self._reference[0] if self._reference else None
+
+    def _reference_logprobs(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The KL reference's log-probs of `micro`: the frozen copy's, or under LoRA the policy's own with its
+        adapters disabled (the base weights the run started from)."""
+        if self.reference is not None:
+            return self._logprobs(self.reference, micro).logprobs
+        with self.policy.disable_adapter():
+            return self._logprobs(self.policy, micro).logprobs
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _frozen_keys(self) -> set[str]:
+        """State-dict keys of the parameters no optimizer steps (under LoRA the base weights, tied ones included)."""
+        return {name for name, p in self.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint holds what training changes: the frozen base weights of a LoRA run are `model.path`'s."""
+        frozen = self._frozen_keys()
+        if frozen:
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in frozen}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Loading is not strict under LoRA (the frozen weights are absent): check here that exactly the others are
+        present, so that a resume restores every trained tensor or stops with one line."""
+        frozen = self._frozen_keys()
+        if not frozen:
+            return
+        expected, found = set(self.state_dict()) - frozen, set(checkpoint["state_dict"])
+        if found != expected:
+            missing, unexpected = sorted(expected - found), sorted(found - expected)
+            raise ConfigError(
+                f"trainer.resume: the checkpoint does not hold this run's trainable weights (model.lora.r="
+                f"{self.cfg.model.lora.r}): missing {missing[:3]}, unexpected {unexpected[:3]}; resume with the "
+                "run's own model.lora settings"
+            )
 
     # -- FSDP ---------------------------------------------------------------------------------------
     def configure_model(self):
@@ -168,13 +226,16 @@ class AgentRLModule(L.LightningModule):
             min_ratio=o.min_lr_ratio,
         )
 
+        def trainable(model):  # under LoRA the adapters (and the value head)
+            return [p for p in model.parameters() if p.requires_grad]
+
         actor = torch.optim.AdamW(
-            self.policy.parameters(), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            trainable(self.policy), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
         )
         optimizers, schedulers = [actor], [torch.optim.lr_scheduler.LambdaLR(actor, schedule)]
         if self.critic is not None:
             critic = torch.optim.AdamW(
-                self.critic.parameters(), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+                trainable(self.critic), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
             )
             optimizers.append(critic)
             schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, schedule))
@@ -224,8 +285,8 @@ class AgentRLModule(L.LightningModule):
         for micro, real in self._micro_batches(batch):
             lp = self._logprobs(self.policy, micro, with_entropy=True)
             scored = {"old_logprobs": lp.logprobs, "entropy": lp.entropy}
-            if self.reference is not None:
-                scored["ref_logprobs"] = self._logprobs(self.reference, micro).logprobs
+            if self.cfg.algo.kl_coef > 0:
+                scored["ref_logprobs"] = self._reference_logprobs(micro)
             if self.critic is not None:
                 scored["values"] = self.critic(micro["input_ids"], micro["attention_mask"])
             for k, v in scored.items():
