@@ -2,6 +2,7 @@
 
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
+    ATTENTION_IMPLEMENTATIONS,
     DTYPES,
     TRANSFORMERS_RANGE,
     compile_layers,
@@ -16,6 +17,7 @@ from ragen_lit.models.loaders import (
 )
 
 __all__ = [
+    "ATTENTION_IMPLEMENTATIONS",
     "DTYPES",
     "TRANSFORMERS_RANGE",
     "Critic",
