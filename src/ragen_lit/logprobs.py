@@ -81,8 +81,9 @@ def pack_rows(input_ids: Tensor, attention_mask: Tensor) -> PackedRows:
     0, which is how transformers (`masking_utils.find_packed_sequence_indices`) splits a packed sequence
     given `position_ids` and no attention mask."""
     mask = attention_mask.bool()
+    real = mask.flatten().nonzero().squeeze(1)  # the one wait for the device
     index = (mask.flatten().long().cumsum(0) - 1).clamp(min=0).view(mask.shape)
-    return PackedRows(input_ids[mask][None], default_position_ids(mask)[mask][None], index)
+    return PackedRows(input_ids.flatten()[real][None], default_position_ids(mask).flatten()[real][None], index)
 
 
 def token_logprobs(
@@ -149,42 +150,35 @@ def token_logprobs(
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
-    cache_kwargs = {}
-    if cache is None:
+    if packed:
+        rows_end_to_end = pack_rows(input_ids, attention_mask)
+        decoder_kwargs = {"input_ids": rows_end_to_end.input_ids, "position_ids": rows_end_to_end.position_ids}
+    elif cache is None:
         decoder_mask, positions = decoder_inputs(attention_mask)
+        decoder_kwargs = {"input_ids": input_ids, "attention_mask": decoder_mask, "position_ids": positions}
     else:
         keyword = cache_keyword(model)
         if keyword is None:
             raise ValueError(f"model {type(model).__name__}'s decoder takes no KV cache argument")
         if cache_mask is None:
             cache_mask = attention_mask.new_ones(input_ids.shape[0], cache.get_seq_length())
-        decoder_mask = torch.cat([cache_mask.long(), attention_mask.long()], dim=1)
         past = cache_mask.long().sum(-1, keepdim=True)  # real cached tokens per row
-        positions = default_position_ids(attention_mask) + past
-        cache_kwargs = {keyword: cache}
-    if position_ids is None:
-        position_ids = positions
+        decoder_kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": torch.cat([cache_mask.long(), attention_mask.long()], dim=1),
+            "position_ids": default_position_ids(attention_mask) + past,
+            keyword: cache,
+        }
+    if position_ids is not None:
+        decoder_kwargs["position_ids"] = position_ids
     # Token t is predicted from the hidden state at t−1, so both must be real tokens. (Found before
     # the decoder runs: `nonzero` waits for the device, which then has only earlier work queued.)
     scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]
     if score_mask is not None:
         scored = scored & score_mask[:, 1:].bool()
     rows, prev = scored.nonzero(as_tuple=True)
-    if packed:
-        rows_end_to_end = pack_rows(input_ids, attention_mask)
-        hidden = decoder(
-            input_ids=rows_end_to_end.input_ids, position_ids=rows_end_to_end.position_ids, use_cache=False
-        ).last_hidden_state  # [1, N, H]
-        states = hidden[0, rows_end_to_end.index[rows, prev]]  # [M, H]
-    else:
-        hidden = decoder(
-            input_ids=input_ids,
-            attention_mask=decoder_mask,
-            position_ids=position_ids,
-            use_cache=cache is not None,
-            **cache_kwargs,
-        ).last_hidden_state  # [B, T, H]
-        states = hidden[rows, prev]  # [M, H]
+    hidden = decoder(**decoder_kwargs, use_cache=cache is not None).last_hidden_state  # [B, T, H]; packed [1, N, H]
+    states = hidden[0, rows_end_to_end.index[rows, prev]] if packed else hidden[rows, prev]  # [M, H]
     targets = input_ids[rows, prev + 1]  # [M]
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
