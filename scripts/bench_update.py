@@ -4,6 +4,8 @@ for several settings side by side, each in a fresh process, with a kernel-level 
     python scripts/bench_update.py --smoke                                    # tiny model: checks the script runs
     python scripts/bench_update.py --variant eager: --variant compiled:model.compile=true,optim.micro_batch_size=16
     python scripts/bench_update.py --variant flash:model.compile=true,sdpa=flash --profile
+    python scripts/bench_update.py --set model.compile=true optim.micro_batch_size=16 --variant padded: \
+        --variant packed:optim.padding_free=true,model.attention=flex_attention      # padding-free vs padded
 
 The batch, the variants and the profile are described in `ragen_lit.bench.update`.
 """

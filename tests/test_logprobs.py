@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from ragen_lit.logprobs import LogProbs, decoder_inputs, default_position_ids, token_logprobs
+from ragen_lit.logprobs import LogProbs, decoder_inputs, default_position_ids, pack_rows, token_logprobs
 
 # the KV-cache keyword and the decoder call; CI also runs these at the lowest declared versions
 pytestmark = pytest.mark.floors
@@ -227,3 +227,84 @@ def test_right_padded_batches_reach_the_attention_without_a_mask(scorer):
     else:
         token_logprobs(model, input_ids, mask)
     assert len(masks) == len(model.model.layers) and all(m is None for m in masks)
+
+
+def test_pack_rows_lays_the_real_tokens_end_to_end_with_positions_restarting():
+    input_ids = torch.tensor([[5, 6, 7], [8, 0, 0], [0, 9, 4]])
+    mask = input_ids != 0
+    packed = pack_rows(input_ids, mask)
+    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 4]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 0, 0, 1]]
+    assert packed.index[mask].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("left", [False, True])
+def test_packed_rows_score_as_the_padded_batch(kind, left):
+    """fp32: log-probs, entropies and gradients of the padding-free forward equal the padded forward's."""
+    input_ids, mask = padded_batch([10, 6, 3, 1, 8], total=10, left=left)
+    weights = torch.randn(5, 10, generator=torch.Generator().manual_seed(2))
+
+    def scored(packed: bool):
+        model = tiny_model(kind)
+        out = token_logprobs(model, input_ids, mask, with_entropy=True, max_tokens_per_chunk=7, packed=packed)
+        ((out.logprobs * weights).sum() + 0.3 * (out.entropy * weights.flip(1)).sum()).backward()
+        return out, {name: p.grad for name, p in model.named_parameters()}
+
+    (got, got_grads), (want, want_grads) = scored(packed=True), scored(packed=False)
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.entropy, want.entropy, atol=1e-5, rtol=0)
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_packed_rows_score_as_the_padded_batch_in_bfloat16():
+    model = tiny_model("qwen2").to(torch.bfloat16)
+    input_ids, mask = padded_batch([12, 5, 9, 2], total=12, left=False)
+    with torch.no_grad():
+        got = token_logprobs(model, input_ids, mask, with_entropy=True, packed=True)
+        want = token_logprobs(model, input_ids, mask, with_entropy=True)
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-3, rtol=0)
+    torch.testing.assert_close(got.entropy, want.entropy, atol=1e-3, rtol=0)
+
+
+def test_packed_rows_do_not_attend_across_rows():
+    """Another row's tokens leave a row's scores unchanged; the same pack under one causal mask (every
+    token attending to the rows before it) would change them."""
+    model = tiny_model("llama")
+    input_ids, mask = padded_batch([6, 7, 4], total=7, left=False)
+    changed = input_ids.clone()
+    changed[0, :6] = (changed[0, :6] + 11) % VOCAB
+    with torch.no_grad():
+        before = token_logprobs(model, input_ids, mask, packed=True).logprobs
+        after = token_logprobs(model, changed, mask, packed=True).logprobs
+        torch.testing.assert_close(after[1:], before[1:], atol=1e-6, rtol=0)
+        assert not torch.allclose(after[0], before[0])
+
+        def one_causal_sequence(ids):
+            rows = pack_rows(ids, mask)
+            ones = torch.ones_like(rows.input_ids)  # a 2D mask: transformers then sees no packed sequences
+            return model.model(input_ids=rows.input_ids, attention_mask=ones, position_ids=rows.position_ids)
+
+        leaky = one_causal_sequence(input_ids).last_hidden_state[0, 6:]
+        assert not torch.allclose(one_causal_sequence(changed).last_hidden_state[0, 6:], leaky, atol=1e-3)
+
+
+def test_packed_rows_under_flex_attention_get_a_block_mask_and_score_as_the_padded_batch():
+    """The GPU's path (`model.attention=flex_attention`): a FlexAttention block mask, no dense [N, N] mask.
+    Runs without grad only: torch has no FlexAttention backward on CPU."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    model = tiny_model("qwen2")
+    input_ids, mask = padded_batch([10, 6, 3, 1, 8], total=10, left=False)
+    with torch.no_grad():
+        want = token_logprobs(model, input_ids, mask, with_entropy=True)
+        model.set_attn_implementation("flex_attention")
+        masks = []
+        model.model.layers[0].self_attn.register_forward_pre_hook(
+            lambda module, args, kwargs: masks.append(kwargs.get("attention_mask")), with_kwargs=True
+        )
+        got = token_logprobs(model, input_ids, mask, with_entropy=True, packed=True)
+    assert len(masks) == 1 and isinstance(masks[0], BlockMask)
+    torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.entropy, want.entropy, atol=1e-5, rtol=0)

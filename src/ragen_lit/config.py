@@ -23,7 +23,7 @@ from ragen_lit.engines import ENGINES, HF_CACHE_MODES
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
-from ragen_lit.models import DTYPES
+from ragen_lit.models import ATTENTION_IMPLEMENTATIONS, DTYPES
 from ragen_lit.typed_fields import check_fields, checked, field_docs
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,10 @@ class ModelConfig:
     compile: bool = False
     """torch.compile the decoder layers and the chunked head for log-probs and the update (GPU: fused element-wise
     work; the first iterations pay the compile time)"""
+    attention: str = checked("auto", choices=ATTENTION_IMPLEMENTATIONS)
+    """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
+    flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
+    through it, and the hf engine loses its fixed-shape decode, so pair it with rollout.engine=vllm) | eager"""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """low-rank adapters (peft) on the policy and the critic's backbone"""
 
@@ -240,6 +244,15 @@ class OptimConfig:
     """optimizer steps per epoch over the rollouts (128 rollouts / 4 = mini-batch 32)"""
     micro_batch_size: int = checked(8, ge=1)
     """sequences per forward/backward inside a mini-batch (memory knob)"""
+    micro_batch_tokens: int = checked(0, ge=0)
+    """token budget of a micro-batch instead of micro_batch_size sequences (0 = off): sequences, longest first, while
+    the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest); a longer
+    sequence goes alone. The update is the same for any grouping"""
+    padding_free: bool = False
+    """the update and every log-prob/value pass run a micro-batch's sequences end to end as one sequence (positions
+    restart per sequence, block-diagonal causal attention) instead of padding them to the longest: same results, no
+    work on padding. On a GPU use it with model.attention=flex_attention (sdpa gets a dense tokens x tokens mask). Off
+    until measured on a GPU (scripts/bench_update.py)"""
 
 
 @dataclass

@@ -6,6 +6,12 @@ the MI cross-scorer (ragen2.md §3, `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{
 that full-vocabulary fp32 logits never exist for the whole batch: at most `max_tokens_per_chunk`
 positions × vocabulary at a time. Under autograd each chunk is checkpointed, so backward keeps only
 the hidden states and recomputes one chunk's logits at a time.
+
+Padding-free decoding (`packed=True`, `pack_rows`): the rows' real tokens run through the decoder end to
+end as one sequence, positions restarting at 0 on each row; transformers reads the restarts as packed
+sequences and builds a block-diagonal causal mask (a FlexAttention block mask under
+`attn_implementation="flex_attention"`, a dense bool mask under sdpa/eager), so no work goes to padding
+and the results equal the padded forward's.
 """
 
 from __future__ import annotations
@@ -56,6 +62,30 @@ def decoder_inputs(attention_mask: Tensor) -> tuple[Tensor | None, Tensor]:
     return None, torch.arange(length, device=attention_mask.device).expand(batch, length)
 
 
+class PackedRows(NamedTuple):
+    """The real tokens of a [B, T] batch laid end to end as one sequence of N tokens, row after row."""
+
+    input_ids: Tensor
+    """[1, N] long: every row's real tokens, in order"""
+    position_ids: Tensor
+    """[1, N] long: each token's position in its own row (restarting at 0 on every row)"""
+    index: Tensor
+    """[B, T] long: where each real token of the batch sits in the packed sequence (0 at padding: never read)"""
+
+
+def pack_rows(input_ids: Tensor, attention_mask: Tensor) -> PackedRows:
+    """`input_ids` [B, T] without their padding (`attention_mask` [B, T], any padding side, holes too).
+
+    Positions count real tokens only (`default_position_ids`), as the padded forward gives them, so a
+    decoder sees every row exactly as in the padded batch. A row starts where the position falls back to
+    0, which is how transformers (`masking_utils.find_packed_sequence_indices`) splits a packed sequence
+    given `position_ids` and no attention mask."""
+    mask = attention_mask.bool()
+    real = mask.flatten().nonzero().squeeze(1)  # the one wait for the device
+    index = (mask.flatten().long().cumsum(0) - 1).clamp(min=0).view(mask.shape)
+    return PackedRows(input_ids.flatten()[real][None], default_position_ids(mask).flatten()[real][None], index)
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -69,6 +99,7 @@ def token_logprobs(
     cache: Any = None,
     cache_mask: Tensor | None = None,
     compile_head: bool = False,
+    packed: bool = False,
 ) -> LogProbs:
     """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
 
@@ -92,6 +123,8 @@ def token_logprobs(
         compile_head: run each head chunk through `torch.compile` (dynamic shapes): the fp32
             log-softmax, gather and entropy fuse into a few kernels instead of materialising several
             fp32 [chunk, V] tensors (`model.compile`).
+        packed: run the decoder padding-free on `pack_rows(input_ids, attention_mask)` (one sequence of the
+            rows' real tokens; `optim.padding_free`). Same results; not with `cache` or `position_ids`.
 
     Returns:
         `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
@@ -112,38 +145,40 @@ def token_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if max_tokens_per_chunk < 1:
         raise ValueError(f"max_tokens_per_chunk must be >= 1, got {max_tokens_per_chunk}")
+    if packed and (cache is not None or position_ids is not None):
+        raise ValueError("packed=True takes neither a cache nor position_ids: the rows' own positions are used")
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
-    cache_kwargs = {}
-    if cache is None:
+    if packed:
+        rows_end_to_end = pack_rows(input_ids, attention_mask)
+        decoder_kwargs = {"input_ids": rows_end_to_end.input_ids, "position_ids": rows_end_to_end.position_ids}
+    elif cache is None:
         decoder_mask, positions = decoder_inputs(attention_mask)
+        decoder_kwargs = {"input_ids": input_ids, "attention_mask": decoder_mask, "position_ids": positions}
     else:
         keyword = cache_keyword(model)
         if keyword is None:
             raise ValueError(f"model {type(model).__name__}'s decoder takes no KV cache argument")
         if cache_mask is None:
             cache_mask = attention_mask.new_ones(input_ids.shape[0], cache.get_seq_length())
-        decoder_mask = torch.cat([cache_mask.long(), attention_mask.long()], dim=1)
         past = cache_mask.long().sum(-1, keepdim=True)  # real cached tokens per row
-        positions = default_position_ids(attention_mask) + past
-        cache_kwargs = {keyword: cache}
-    if position_ids is None:
-        position_ids = positions
+        decoder_kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": torch.cat([cache_mask.long(), attention_mask.long()], dim=1),
+            "position_ids": default_position_ids(attention_mask) + past,
+            keyword: cache,
+        }
+    if position_ids is not None:
+        decoder_kwargs["position_ids"] = position_ids
     # Token t is predicted from the hidden state at t−1, so both must be real tokens. (Found before
     # the decoder runs: `nonzero` waits for the device, which then has only earlier work queued.)
     scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]
     if score_mask is not None:
         scored = scored & score_mask[:, 1:].bool()
     rows, prev = scored.nonzero(as_tuple=True)
-    hidden = decoder(
-        input_ids=input_ids,
-        attention_mask=decoder_mask,
-        position_ids=position_ids,
-        use_cache=cache is not None,
-        **cache_kwargs,
-    ).last_hidden_state  # [B, T, H]
-    states = hidden[rows, prev]  # [M, H]
+    hidden = decoder(**decoder_kwargs, use_cache=cache is not None).last_hidden_state  # [B, T, H]; packed [1, N, H]
+    states = hidden[0, rows_end_to_end.index[rows, prev]] if packed else hidden[rows, prev]  # [M, H]
     targets = input_ids[rows, prev + 1]  # [M]
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))

@@ -45,6 +45,13 @@ def test_synthetic_batch_has_the_turn_structure():
         assert batch["token_rewards"][row].count_nonzero() == 1
 
 
+def test_synthetic_batch_lengths_follow_the_spread():
+    lengths = synthetic_batch(rows=64, length=200, turns=4, response=10, vocab=50, seed=0, spread=0.5)[
+        "attention_mask"
+    ].sum(-1)
+    assert ((lengths >= 100) & (lengths <= 300)).all() and lengths.max() - lengths.min() > 150
+
+
 @pytest.mark.slow
 def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
     out = tmp_path / "update.json"

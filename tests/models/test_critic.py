@@ -59,3 +59,39 @@ def test_the_backbone_runs_without_a_kv_cache():
         )
     critic(torch.tensor([[1, 2, 3, 4]]), torch.ones(1, 4, dtype=torch.bool)).sum().backward()
     assert len(caches) == 2 and all(cache is None for cache in caches)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_packed_rows_give_the_values_and_gradients_of_the_padded_batch(left):
+    """`packed=True` (`optim.padding_free`): the rows end to end in one backbone forward, fp32-exact."""
+    config = transformers.Qwen2Config(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    lengths, width = [7, 3, 5, 1], 7
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        if left:
+            mask[row, width - n :] = True
+        else:
+            mask[row, :n] = True
+    input_ids = torch.randint(1, 100, mask.shape, generator=torch.Generator().manual_seed(1)).masked_fill(~mask, 0)
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2))
+
+    def values_and_grads(packed: bool):
+        torch.manual_seed(0)
+        critic = Critic(transformers.Qwen2Model(config), config.hidden_size)
+        torch.nn.init.normal_(critic.value_head.weight)
+        values = critic(input_ids, mask, packed=packed)
+        (values * weights).sum().backward()
+        return values, {name: p.grad for name, p in critic.named_parameters()}
+
+    (got, got_grads), (want, want_grads) = values_and_grads(True), values_and_grads(False)
+    assert want.abs().sum() > 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ragen_lit.training.batch import merge_micro_batches, micro_batches
+from ragen_lit.training.batch import merge_micro_batches, micro_batches, token_budget_bounds
 
 
 def test_merge_puts_every_row_back_in_its_place_and_width():
@@ -16,3 +16,22 @@ def test_merge_puts_every_row_back_in_its_place_and_width():
     merged = merge_micro_batches([p["input_ids"] * 10 for p in parts], batch)
     # the positions a micro-batch cut off come back as 0
     assert merged.tolist() == [[0, 10, 20, 0], [40, 0, 0, 0], [80, 90, 100, 0], [120, 0, 0, 0]]
+
+
+def test_a_token_budget_fills_each_micro_batch_up_to_what_one_forward_runs():
+    lengths = [9, 6, 5, 3, 2, 2]  # longest first
+    # padded forwards run rows x the longest: 9 | 6 (6, 5 would be 12) | 5, 3 (10) | 2, 2 (4)
+    assert token_budget_bounds(lengths, 11, packed=False) == [(0, 1), (1, 2), (2, 4), (4, 6)]
+    # padding-free forwards run the lengths' sum: 9 | 6, 5 (11) | 3, 2, 2 (7)
+    assert token_budget_bounds(lengths, 11, packed=True) == [(0, 1), (1, 3), (3, 6)]
+    # a row longer than the budget goes alone
+    assert token_budget_bounds(lengths, 4, packed=True) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 6)]
+
+
+def test_token_budget_micro_batches_merge_back_like_fixed_size_ones():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    batch = {"input_ids": torch.arange(16).view(4, 4), "attention_mask": mask}
+    parts = list(micro_batches(batch, size=1, max_tokens=5, packed=True))  # lengths 4, 3, 2, 1 -> (4), (3, 2), (1)
+    assert [p["input_ids"].shape for p in parts] == [(1, 4), (2, 3), (1, 1)]
+    merged = merge_micro_batches([p["input_ids"] * p["attention_mask"] for p in parts], batch)
+    assert torch.equal(merged, batch["input_ids"] * mask)

@@ -17,7 +17,7 @@ from ragen_lit.training.module import AgentRLModule, attach_fabric
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module_and_batch(tiny_model_dir, tmp_path):
+def _module_and_batch(tiny_model_dir, tmp_path, overrides=()):
     cfg = load_config(
         ROOT / "conf" / "frozenlake.yaml",
         [
@@ -29,6 +29,7 @@ def _module_and_batch(tiny_model_dir, tmp_path):
             "rollout.max_new_tokens=32",
             f"logging.output_dir={tmp_path}",
             "trainer.threads=1",
+            *overrides,
         ],
     )
     torch.manual_seed(0)
@@ -80,6 +81,44 @@ def test_the_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, tm
     assert len(small) == len(whole) > 0
     for a, b in zip(small, whole):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_padding_free_micro_batches_prepare_and_update_as_padded_ones(tiny_model_dir, tmp_path):
+    """`optim.padding_free` with a token budget: old and reference log-probs, values, advantages, losses and
+    the actor's and critic's gradients equal those of padded micro-batches of a fixed size (fp32)."""
+    overrides = ["algo=ppo", "algo.kl_coef=0.1", "algo.loss_agg=seq-mean-token-mean"]
+    module, batch = _module_and_batch(tiny_model_dir, tmp_path, overrides)
+    assert module.critic is not None and module.reference is not None
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+    grads, step = [], module._step
+
+    def spy(optimizer, model, name):
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+        step(optimizer, model, name)
+
+    module._step = spy
+    budget = int(batch["attention_mask"].sum()) // 3  # micro-batches of different row counts
+    runs = []
+    for padding_free, micro_batch_tokens in ((False, 0), (True, budget)):
+        module.load_state_dict(state)
+        module.cfg.optim.padding_free, module.cfg.optim.micro_batch_tokens = padding_free, micro_batch_tokens
+        prepared = {k: v.clone() for k, v in batch.items()}
+        metrics = module.prepare_batch(prepared, keep_ratio=1.0)
+        optimizers, schedulers = module.configure_optimizers()
+        module.update(prepared, optimizers, schedulers)
+        runs.append((prepared, metrics, module.pop_step_stats()))
+    (padded, padded_metrics, padded_stats), (packed, packed_metrics, packed_stats) = runs
+    for key in ("old_logprobs", "ref_logprobs", "values", "advantages", "returns"):
+        torch.testing.assert_close(packed[key], padded[key], atol=1e-5, rtol=0, msg=key)
+    assert packed_metrics == pytest.approx(padded_metrics, abs=1e-5)
+    assert packed_stats.keys() == padded_stats.keys()
+    assert packed_stats["actor/pg_loss"] == pytest.approx(padded_stats["actor/pg_loss"], abs=1e-6)
+    assert packed_stats["critic/value_loss"] == pytest.approx(padded_stats["critic/value_loss"], abs=1e-6)
+    (padded_actor, padded_critic, packed_actor, packed_critic) = grads
+    for got, want in ((packed_actor, padded_actor), (packed_critic, padded_critic)):
+        assert got.keys() == want.keys() and len(want) > 0
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
 def test_the_learning_rate_follows_the_configured_decay_over_the_planned_steps(tiny_model_dir, tmp_path):

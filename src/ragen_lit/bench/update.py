@@ -4,15 +4,18 @@ for several settings side by side, each in a fresh process, with a kernel-level 
 `bench_step.py` times the whole iteration; this benchmark isolates its update (issue 6, item 6: MFU of
 the update) so that settings can be compared in minutes. The batch imitates bench_step's workload:
 `--rows` episodes (128) of `--turns` (5) turns, each turn a prompt part followed by `--response` (100)
-sampled tokens, sequence lengths uniform in `--length` ± 5% (1,700: what the device's tokenizer
-gave), random token ids; `prepare_batch` adds old log-probs, values and GAE advantages as in a run.
+sampled tokens, sequence lengths uniform in `--length` ± `--length-spread` (1,700 ± 5%: what the
+device's tokenizer gave; a wider spread imitates transcripts of different lengths, where padding costs
+more), random token ids; `prepare_batch` adds old log-probs, values and GAE advantages as in a run.
 One pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
 optimizer state); the median of `--repeats` timed passes is reported, with the MFU counted as in
 `bench_step.py` (`ragen_lit.bench.common.update_flops`).
 
 A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>`
 (flash | cudnn | efficient | math: restricts `scaled_dot_product_attention` to that kernel for the whole
-update). `--profile` records one mini-batch per variant with the CUDA profiler and prints the device
+update). Padded against padding-free micro-batches: a variant with `optim.padding_free=true` (on a GPU
+with `model.attention=flex_attention`) beside one without; the MFU counts real tokens only, so the two
+compare directly. `--profile` records one mini-batch per variant with the CUDA profiler and prints the device
 time by kernel family (matmul, attention, triton-fused element-wise, other element-wise, optimizer),
 the device's busy fraction of the wall time, and the top kernels.
 Entry point: `scripts/bench_update.py`.
@@ -72,12 +75,13 @@ def parse_variant(text: str) -> tuple[str, list[str], str | None]:
 
 
 def synthetic_batch(
-    rows: int, length: int, turns: int, response: int, vocab: int, seed: int
+    rows: int, length: int, turns: int, response: int, vocab: int, seed: int, spread: float = 0.05
 ) -> dict[str, torch.Tensor]:
     """Right-padded episodes: each of `turns` turns is a prompt part then `response` sampled tokens
-    (loss_mask), lengths uniform in length ± 5%; the reward sits on the last sampled token."""
+    (loss_mask), lengths uniform in length × (1 ± spread); the reward sits on the last sampled token."""
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(int(length * 0.95), int(length * 1.05) + 1, (rows,), generator=g)
+    shortest = max(int(length * (1 - spread)), 2 * turns)  # every turn keeps a prompt token and a sampled one
+    lengths = torch.randint(shortest, int(length * (1 + spread)) + 1, (rows,), generator=g)
     width = int(lengths.max())
     batch = {
         "input_ids": torch.randint(0, vocab, (rows, width), generator=g),
@@ -145,7 +149,8 @@ def run_variant(args) -> dict:
     module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
     module.configure_model()
     config = module.policy.config
-    batch = synthetic_batch(args.rows, args.length, args.turns, args.response, min(config.vocab_size, 32768), seed=0)
+    vocab = min(config.vocab_size, 32768)
+    batch = synthetic_batch(args.rows, args.length, args.turns, args.response, vocab, seed=0, spread=args.length_spread)
     attention = nullcontext()
     if sdpa:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -216,9 +221,9 @@ def run_variant(args) -> dict:
 def format_report(meta: dict, results: list[dict]) -> str:
     lines = [
         f"update benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}",
-        f"batch: {meta['rows']} episodes x ~{meta['length']} tokens ({meta['turns']} turns, {meta['response']} "
-        f"sampled tokens each); PPO actor + critic, {meta['num_minibatches']} mini-batches; "
-        f"median of {meta['repeats']} passes after one warm-up pass",
+        f"batch: {meta['rows']} episodes x {meta['length']} ± {meta['length_spread']:.0%} tokens "
+        f"({meta['turns']} turns, {meta['response']} sampled tokens each); PPO actor + critic, "
+        f"{meta['num_minibatches']} mini-batches; median of {meta['repeats']} passes after one warm-up pass",
         "",
         "| variant | settings | micro-batch | update s | MFU | MFU (naive 6N count) | tokens/s | peak GiB "
         "| warm-up s |",
@@ -262,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides for every variant")
     parser.add_argument("--rows", type=int, default=128, help="episodes in the iteration's batch")
     parser.add_argument("--length", type=int, default=1700, help="mean sequence length (tokens)")
+    parser.add_argument("--length-spread", type=float, default=0.05, help="lengths uniform in length x (1 +- this)")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--response", type=int, default=100, help="sampled tokens per turn")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the mini-batches")
@@ -273,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.length_spread < 0:
+        raise SystemExit(f"--length-spread={args.length_spread}: must be >= 0 (a fraction of --length)")
     if args.smoke:
         args.rows, args.length, args.turns, args.response = min(args.rows, 8), min(args.length, 64), 2, 8
     for text in args.variant:
@@ -302,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.rows),
                 "--length",
                 str(args.length),
+                "--length-spread",
+                str(args.length_spread),
                 "--turns",
                 str(args.turns),
                 "--response",
@@ -330,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "rows": args.rows,
         "length": args.length,
+        "length_spread": args.length_spread,
         "turns": args.turns,
         "response": args.response,
         "repeats": args.repeats,

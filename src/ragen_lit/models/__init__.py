@@ -2,6 +2,7 @@
 
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
+    ATTENTION_IMPLEMENTATIONS,
     DTYPES,
     TRANSFORMERS_RANGE,
     compile_layers,
@@ -17,6 +18,7 @@ from ragen_lit.models.loaders import (
 from ragen_lit.models.lora import apply_lora, linear_layer_names
 
 __all__ = [
+    "ATTENTION_IMPLEMENTATIONS",
     "DTYPES",
     "TRANSFORMERS_RANGE",
     "Critic",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ragen_lit.logprobs import decoder_inputs
-from ragen_lit.models.loaders import resolve_dtype, warn_if_untested_transformers
+from ragen_lit.logprobs import decoder_inputs, pack_rows
+from ragen_lit.models.loaders import attention_kwargs, resolve_dtype, warn_if_untested_transformers
 
 
 class Critic(nn.Module):
@@ -23,24 +23,35 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        decoder_mask, position_ids = decoder_inputs(attention_mask)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: bool = False) -> torch.Tensor:
+        """`values` [B, T] float32 of `input_ids` [B, T] under `attention_mask` [B, T]; `packed`: run the
+        backbone padding-free on the rows end to end (`logprobs.pack_rows`), with the same values."""
         # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
         # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        v = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
+        if packed:
+            rows = pack_rows(input_ids, attention_mask)
+            hidden = self.backbone(input_ids=rows.input_ids, position_ids=rows.position_ids, use_cache=False)
+            v = self._head(hidden.last_hidden_state)[0][rows.index]  # [1, N] -> [B, T]
+        else:
+            decoder_mask, position_ids = decoder_inputs(attention_mask)
+            hidden = self.backbone(
+                input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=False
+            )
+            v = self._head(hidden.last_hidden_state)
         values = torch.zeros_like(v)
         values[:, 1:] = v[:, :-1] * attention_mask[:, :-1]  # 0 after padding positions
         return values
 
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] hidden states -> [...] float32 values."""
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
 
-def load_critic(path: str, dtype: str) -> Critic:
+
+def load_critic(path: str, dtype: str, attention: str = "auto") -> Critic:
     from transformers import AutoModel
 
     warn_if_untested_transformers()
-    backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype))
+    backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype), **attention_kwargs(attention))
     critic = Critic(backbone, backbone.config.hidden_size)
     critic.value_head.to(resolve_dtype(dtype))
     return critic

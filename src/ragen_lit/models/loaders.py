@@ -29,6 +29,8 @@ TRANSFORMERS_RANGE = ("5.4", "5.30")  # (lowest, first excluded), as major.minor
 # The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
 # (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# transformers attention implementations a model may load with (`model.attention`); auto: transformers' choice
+ATTENTION_IMPLEMENTATIONS = ("auto", "sdpa", "flex_attention", "eager")
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -84,13 +86,18 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
-def load_policy(path: str, dtype: str) -> nn.Module:
+def attention_kwargs(attention: str) -> dict:
+    """`from_pretrained` keywords for an `ATTENTION_IMPLEMENTATIONS` name (none for auto)."""
+    return {} if attention == "auto" else {"attn_implementation": attention}
+
+
+def load_policy(path: str, dtype: str, attention: str = "auto") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     warn_if_untested_transformers()
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype), **attention_kwargs(attention))
     except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False

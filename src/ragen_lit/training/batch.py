@@ -70,17 +70,40 @@ def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.argsort(batch["attention_mask"].sum(-1), descending=True, stable=True)
 
 
-def micro_batches(batch: dict[str, torch.Tensor], size: int):
-    """Micro-batches of `size` rows taken in `length_order`, each cut to its longest row: rows of
-    similar length share a micro-batch, so little compute goes to padding. Losses are normalised by
-    the mini-batch totals, so how rows are grouped does not change the update."""
+def micro_batches(batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0, packed: bool = False):
+    """Micro-batches taken in `length_order`, each cut to its longest row: rows of similar length share a
+    micro-batch, so little compute goes to padding. Each holds `size` rows, or with `max_tokens` as many
+    as one forward of at most that many tokens runs (`token_budget_bounds`; `packed`: a padding-free
+    forward). Losses are normalised by the mini-batch totals, so how rows are grouped does not change the
+    update."""
     order = length_order(batch)
     lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
-    for start in range(0, len(order), size):
-        rows = order[start : start + size]
+    if max_tokens:
+        bounds = token_budget_bounds(lengths, max_tokens, packed)
+    else:
+        bounds = [(start, min(start + size, len(order))) for start in range(0, len(order), size)]
+    for start, stop in bounds:
+        rows = order[start:stop]
         part = {k: v[rows] for k, v in batch.items()}
         length = int(lengths[start])  # longest first: the slice's first row is its longest
         yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}
+
+
+def token_budget_bounds(lengths: Sequence[int], max_tokens: int, packed: bool) -> list[tuple[int, int]]:
+    """(start, stop) slices of `lengths` (sorted longest first) whose forward runs at most `max_tokens`
+    tokens: the sum of the lengths when `packed` (padding-free), count × the longest otherwise. A row
+    longer than the budget makes a slice of its own."""
+    bounds, start = [], 0
+    while start < len(lengths):
+        stop, tokens = start + 1, lengths[start]
+        while stop < len(lengths):
+            tokens = tokens + lengths[stop] if packed else (stop + 1 - start) * lengths[start]
+            if tokens > max_tokens:
+                break
+            stop += 1
+        bounds.append((start, stop))
+        start = stop
+    return bounds
 
 
 def merge_micro_batches(parts: Sequence[torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:

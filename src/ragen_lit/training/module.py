@@ -86,7 +86,7 @@ class AgentRLModule(L.LightningModule):
         self.chat = ChatFormat(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
         lora = cfg.model.lora
-        self.policy = load_policy(self.model_path, cfg.model.dtype)
+        self.policy = load_policy(self.model_path, cfg.model.dtype, cfg.model.attention)
         if cfg.model.gradient_checkpointing:
             # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
             # grad, and a reentrant checkpoint would then give the adapters inside it none either
@@ -95,7 +95,7 @@ class AgentRLModule(L.LightningModule):
             else:
                 self.policy.gradient_checkpointing_enable()
         self.critic = (
-            load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype)
+            load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype, cfg.model.attention)
             if uses_critic(cfg.algo.advantage)
             else None
         )
@@ -207,7 +207,8 @@ class AgentRLModule(L.LightningModule):
     def _micro_batches(self, batch: dict[str, torch.Tensor] | None) -> list[tuple[dict[str, torch.Tensor], bool]]:
         """`(micro-batch, is_real)` pairs over `batch` (None or zero rows: this rank has nothing), padded
         with dummies to the busiest rank's count under FSDP (`parallel.lockstep`)."""
-        real = micro_batches(batch, self.cfg.optim.micro_batch_size) if batch is not None else ()
+        o = self.cfg.optim
+        real = () if batch is None else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free)
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
     def on_fit_start(self):
@@ -264,11 +265,16 @@ class AgentRLModule(L.LightningModule):
             "with_entropy": with_entropy,
             "score_mask": batch["loss_mask"],
             "compile_head": self.cfg.model.compile,
+            "packed": self.cfg.optim.padding_free,
         }
         scorer = self._fsdp.scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)
         return token_logprobs(model, batch["input_ids"], batch["attention_mask"], **kwargs)
+
+    def _values(self, batch):
+        """The critic's values [B, T] of a micro-batch (padding-free under `optim.padding_free`)."""
+        return self.critic(batch["input_ids"], batch["attention_mask"], packed=self.cfg.optim.padding_free)
 
     @torch.no_grad()
     def prepare_batch(self, batch: dict[str, torch.Tensor] | None, keep_ratio: float) -> dict[str, float]:
@@ -288,7 +294,7 @@ class AgentRLModule(L.LightningModule):
             if self.cfg.algo.kl_coef > 0:
                 scored["ref_logprobs"] = self._reference_logprobs(micro)
             if self.critic is not None:
-                scored["values"] = self.critic(micro["input_ids"], micro["attention_mask"])
+                scored["values"] = self._values(micro)
             for k, v in scored.items():
                 if real:  # a lock-step dummy's outputs are dropped
                     parts[k].append(v)
@@ -453,7 +459,7 @@ class AgentRLModule(L.LightningModule):
     def _update_critic(self, minibatch, optimizer, num_tokens: torch.Tensor) -> None:
         value_total = 0.0
         for micro, real in self._micro_batches(minibatch):
-            values = self.critic(micro["input_ids"], micro["attention_mask"])
+            values = self._values(micro)
             if not real:
                 self.manual_backward(zero_loss(values))
                 continue
