@@ -1,8 +1,7 @@
 """Print the lowest version of every runtime dependency (and of the `lora` extra, which `dev` installs too) that
 pyproject.toml declares with a floor, one pip constraint a line (`name>=X` becomes `name==X`): what
 `.ci/floors_env.sh` installs, so that CI runs the end-to-end tests at the floors as well as at the newest versions.
-Dependencies without a floor are
-left to the resolver.
+Dependencies without a floor are left to the resolver.
 
 Usage: python scripts/dependency_floors.py [pyproject.toml]
 """
