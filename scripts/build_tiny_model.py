@@ -42,6 +42,7 @@ RECIPE_OPTIONS = (
     "num_layers",
     "num_heads",
     "val_envs",
+    "max_attempts",
     "seed",
     "threads",
 )
