@@ -175,9 +175,16 @@ def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
     assert any("Searches left: 2" in text for text in tokenizer_corpus(recipe))
     assert not any("Searches left: 3" in text for text in tokenizer_corpus(recipe))
     cheap = dataclasses.replace(recipe, sft_steps=4, sft_episodes=8, extra_env_episodes=2, max_attempts=1)
-    summary = json.loads((build_tiny_model(tmp_path / "m", recipe=cheap, log=lambda _: None) / BUILD_INFO).read_text())
+    lines = []
+    summary = json.loads((build_tiny_model(tmp_path / "m", recipe=cheap, log=lines.append) / BUILD_INFO).read_text())
     assert summary["summary"]["sft_episodes"] == 8 + 3 * 4 + 2
     assert list(summary["summary"]["extra_val_success"]) == ["search_qa"]  # validated on the extra env too
+    assert "(search_qa " in lines[0]
+    unvalidated = dataclasses.replace(cheap, val_envs=0)
+    summary = json.loads(
+        (build_tiny_model(tmp_path / "n", recipe=unvalidated, log=lambda _: None) / BUILD_INFO).read_text()
+    )
+    assert summary["summary"]["val_success"] is None and "extra_val_success" not in summary["summary"]
     assert not any("Searches left" in text for text in tokenizer_corpus(dataclasses.replace(SMALL, corpus_episodes=4)))
     # a record that predates a field counts it at its default; the field as JSON stores it (a list) matches
     recorded = json.loads(json.dumps(dataclasses.asdict(recipe)))

@@ -6,11 +6,13 @@ Steps (all deterministic given `TinyRecipe.seed` and the thread count):
    byte-only tokenizer, and train the byte-level BPE on that text (`tiny/tokenizer.py`);
 2. roll out the scripted expert (`tiny/expert.py`, imperfect with probability `epsilon` per turn)
    with the trained tokenizer: multi-turn FrozenLake episodes with the project's default limits plus
-   a few episodes of the other envs, giving token ids and loss masks exactly as RL will see them;
+   a few episodes of the other envs (and of `TinyRecipe.extra_envs`, each with the options and limits
+   `fit` plays it with), giving token ids and loss masks exactly as RL will see them;
 3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`tiny/sft.py`);
 4. measure validation success (FrozenLake 4x4, p=0.8, seeds 123.., temperature 0.5) with the
    transformers engine; below `min_val_success`, redo step 3 from the next seed (at most
-   `max_attempts` in all), then save model + tokenizer + `tiny_build.json` (recipe and summary).
+   `max_attempts` in all); measure the kept model on each extra env the same way, then save model +
+   tokenizer + `tiny_build.json` (recipe and summary).
 
 Why these numbers (sweeps of builds x RL runs, docs/PERFORMANCE.md): with `epsilon` 0.45 the expert
 says "I try <random move>" on almost half of its turns, and the imitating policy keeps doing so on
@@ -206,6 +208,9 @@ def format_summary(summary: dict) -> str:
     attempts = summary.get("attempts", [])
     if len(attempts) > 1:
         val_text += f" (best of {len(attempts)} SFT attempts: {', '.join(f'{v:.1%}' for v in attempts)})"
+    extra = summary.get("extra_val_success", {})
+    if extra:
+        val_text += f" ({', '.join(f'{env} {v:.1%}' for env, v in extra.items())})"
     return (
         f"tiny model: {summary['parameters'] / 1e6:.2f}M params, vocab {summary['vocab']}, "
         f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes "
@@ -268,8 +273,11 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
                 break
         val_success, model, losses = best
         # the extra envs are measured on the kept model only: the retry above stays FrozenLake's
-        extra_val_success = {setup.name: validation_success(model, chat, recipe, setup) for setup in recipe.extra_envs}
-        if recipe.val_envs > 0 and extra_val_success:
+        extra_val_success = {
+            setup.name: validation_success(model, chat, recipe, setup)
+            for setup in (recipe.setups()[len(TINY_ENVS) :] if recipe.val_envs > 0 else ())
+        }
+        if extra_val_success:
             lap("validation_extra")
         summary = {
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -281,7 +289,7 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
             "expert_success": sum(t.success for t in lake) / len(lake),
             "val_success": val_success,
             "attempts": attempts,
-            **({"extra_val_success": extra_val_success} if recipe.val_envs > 0 and extra_val_success else {}),
+            **({"extra_val_success": extra_val_success} if extra_val_success else {}),
             "val_envs": recipe.val_envs,
             "val_temperature": recipe.val_temperature,
         }
