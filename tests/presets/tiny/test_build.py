@@ -165,14 +165,47 @@ def test_a_good_first_attempt_is_not_retried(tmp_path):
 
 
 def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
-    from ragen_lit.presets.tiny.build import same_recipe, tokenizer_corpus
+    from ragen_lit.presets.tiny.build import EnvSetup, same_recipe, tokenizer_corpus
 
-    recipe = dataclasses.replace(SMALL, corpus_episodes=4, extra_envs=("search_qa",))
+    search = EnvSetup("search_qa", {"max_searches": 2}, max_turns=3, max_actions_per_turn=1)
+    recipe = dataclasses.replace(SMALL, corpus_episodes=4, extra_envs=(search,))
     assert recipe.envs() == ("countdown", "frozenlake", "mathqa", "sokoban", "search_qa")
-    assert any("Searches left" in text for text in tokenizer_corpus(recipe))
+    assert recipe.sft_episode_count("search_qa") == recipe.extra_env_episodes
+    # played with the setup's options and limits: 2 searches, one action per turn
+    assert any("Searches left: 2" in text for text in tokenizer_corpus(recipe))
+    assert not any("Searches left: 3" in text for text in tokenizer_corpus(recipe))
+    cheap = dataclasses.replace(recipe, sft_steps=4, sft_episodes=8, extra_env_episodes=2, max_attempts=1)
+    lines = []
+    summary = json.loads((build_tiny_model(tmp_path / "m", recipe=cheap, log=lines.append) / BUILD_INFO).read_text())
+    assert summary["summary"]["sft_episodes"] == 8 + 3 * 4 + 2
+    assert list(summary["summary"]["extra_val_success"]) == ["search_qa"]  # validated on the extra env too
+    assert "(search_qa " in lines[0]
+    unvalidated = dataclasses.replace(cheap, val_envs=0)
+    summary = json.loads(
+        (build_tiny_model(tmp_path / "n", recipe=unvalidated, log=lambda _: None) / BUILD_INFO).read_text()
+    )
+    assert summary["summary"]["val_success"] is None and "extra_val_success" not in summary["summary"]
     assert not any("Searches left" in text for text in tokenizer_corpus(dataclasses.replace(SMALL, corpus_episodes=4)))
     # a record that predates a field counts it at its default; the field as JSON stores it (a list) matches
     recorded = json.loads(json.dumps(dataclasses.asdict(recipe)))
     assert same_recipe(recorded, recipe) and not same_recipe(recorded, SMALL)
     legacy = {k: v for k, v in dataclasses.asdict(SMALL).items() if k != "extra_envs"}
     assert same_recipe(legacy, SMALL) and not same_recipe(legacy, recipe) and not same_recipe(None, SMALL)
+
+
+def test_an_extra_env_is_set_up_as_its_config_plays_it():
+    from ragen_lit.config import load_config
+    from ragen_lit.presets.tiny.build import EnvSetup
+
+    cfg = load_config(None, ["env.name=coding", "env.options={max_attempts: 2}", "rollout.max_new_tokens=256"])
+    setup = EnvSetup.from_config(cfg)
+    assert setup.name == "coding" and setup.options == {"max_attempts": 2}
+    assert setup.limits() == EpisodeLimits(
+        cfg.rollout.max_turns,
+        cfg.rollout.max_actions_per_turn,
+        cfg.rollout.max_actions_per_episode,
+        256,
+        cfg.rollout.max_context_tokens,
+    )
+    assert setup.make_env().max_attempts == 2
+    assert EnvSetup("frozenlake").limits() == EpisodeLimits()  # the built-in envs keep the default limits

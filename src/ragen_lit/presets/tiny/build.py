@@ -6,11 +6,13 @@ Steps (all deterministic given `TinyRecipe.seed` and the thread count):
    byte-only tokenizer, and train the byte-level BPE on that text (`tiny/tokenizer.py`);
 2. roll out the scripted expert (`tiny/expert.py`, imperfect with probability `epsilon` per turn)
    with the trained tokenizer: multi-turn FrozenLake episodes with the project's default limits plus
-   a few episodes of the other envs, giving token ids and loss masks exactly as RL will see them;
+   a few episodes of the other envs (and of `TinyRecipe.extra_envs`, each with the options and limits
+   `fit` plays it with), giving token ids and loss masks exactly as RL will see them;
 3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`tiny/sft.py`);
 4. measure validation success (FrozenLake 4x4, p=0.8, seeds 123.., temperature 0.5) with the
    transformers engine; below `min_val_success`, redo step 3 from the next seed (at most
-   `max_attempts` in all), then save model + tokenizer + `tiny_build.json` (recipe and summary).
+   `max_attempts` in all); measure the kept model on each extra env the same way, then save model +
+   tokenizer + `tiny_build.json` (recipe and summary).
 
 Why these numbers (sweeps of builds x RL runs, docs/PERFORMANCE.md): with `epsilon` 0.45 the expert
 says "I try <random move>" on almost half of its turns, and the imitating policy keeps doing so on
@@ -39,8 +41,9 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from filelock import FileLock
@@ -49,6 +52,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.agent.trajectory import Trajectory
+from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import make_env
@@ -69,6 +73,46 @@ SFT_SEED = 6_000_000
 
 
 @dataclass(frozen=True)
+class EnvSetup:
+    """An env as `fit` plays it: its constructor options and episode limits (`conf/<env>.yaml` has them). The
+    expert's episodes of an extra env use the same ones, so the model imitates the prompts RL will show it
+    (attempts, searches and actions per turn are stated in them) at the reply length RL allows."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = EpisodeLimits.max_turns
+    max_actions_per_turn: int = EpisodeLimits.max_actions_per_turn
+    max_actions_per_episode: int = EpisodeLimits.max_actions_per_episode
+    max_new_tokens: int = EpisodeLimits.max_new_tokens
+    max_context_tokens: int = EpisodeLimits.max_context_tokens
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> EnvSetup:
+        r = cfg.rollout
+        return cls(
+            cfg.env.name,
+            dict(cfg.env.options),
+            r.max_turns,
+            r.max_actions_per_turn,
+            r.max_actions_per_episode,
+            r.max_new_tokens,
+            r.max_context_tokens,
+        )
+
+    def make_env(self):
+        return make_env(self.name, **self.options)
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(
+            self.max_turns,
+            self.max_actions_per_turn,
+            self.max_actions_per_episode,
+            self.max_new_tokens,
+            self.max_context_tokens,
+        )
+
+
+@dataclass(frozen=True)
 class TinyRecipe:
     """Everything that determines the built model; a cached folder is reused only for the same recipe."""
 
@@ -82,7 +126,7 @@ class TinyRecipe:
     num_heads: int = 2
     num_kv_heads: int = 1
     sft_episodes: int = 1200  # FrozenLake expert episodes for SFT
-    other_env_episodes: int = 40  # expert episodes of each other env, so the format holds everywhere
+    other_env_episodes: int = 40  # expert episodes of each other env of TINY_ENVS, so the format holds everywhere
     epsilon: float = 0.45  # probability per turn that the expert plays one random move (RL headroom)
     sft_steps: int = 1400
     batch_size: int = 8
@@ -94,10 +138,22 @@ class TinyRecipe:
     val_temperature: float = 0.5
     seed: int = 0
     threads: int = 2  # torch CPU threads during the build
-    extra_envs: tuple[str, ...] = ()  # more envs (e.g. coding, search_qa, webshop) the tokenizer and SFT see
+    extra_envs: tuple[EnvSetup, ...] = ()  # more envs (e.g. coding, search_qa, webshop) the tokenizer and SFT see
+    extra_env_episodes: int = 40  # expert episodes of each extra env for SFT
+
+    def setups(self) -> tuple[EnvSetup, ...]:
+        """Every env the tokenizer and the SFT see: TINY_ENVS with default options and limits, then the extra ones."""
+        return tuple(EnvSetup(name) for name in TINY_ENVS) + tuple(
+            e for e in self.extra_envs if e.name not in TINY_ENVS
+        )
 
     def envs(self) -> tuple[str, ...]:
-        return TINY_ENVS + tuple(e for e in self.extra_envs if e not in TINY_ENVS)
+        return tuple(setup.name for setup in self.setups())
+
+    def sft_episode_count(self, name: str) -> int:
+        if name == "frozenlake":
+            return self.sft_episodes
+        return self.other_env_episodes if name in TINY_ENVS else self.extra_env_episodes
 
 
 def build_tiny_model(
@@ -152,6 +208,9 @@ def format_summary(summary: dict) -> str:
     attempts = summary.get("attempts", [])
     if len(attempts) > 1:
         val_text += f" (best of {len(attempts)} SFT attempts: {', '.join(f'{v:.1%}' for v in attempts)})"
+    extra = summary.get("extra_val_success", {})
+    if extra:
+        val_text += f" ({', '.join(f'{env} {v:.1%}' for env, v in extra.items())})"
     return (
         f"tiny model: {summary['parameters'] / 1e6:.2f}M params, vocab {summary['vocab']}, "
         f"{summary['sft_steps']} SFT steps on {summary['sft_episodes']} expert episodes "
@@ -179,13 +238,12 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
         lap("tokenizer")
         chat = ChatFormat(tokenizer)
         expert = ExpertEngine(tokenizer, epsilon=recipe.epsilon, seed=recipe.seed)
-        lake = expert_episodes(expert, chat, "frozenlake", SFT_SEED, recipe.sft_episodes)
-        others = [
-            t
-            for name in recipe.envs()
-            if name != "frozenlake"
-            for t in expert_episodes(expert, chat, name, SFT_SEED, recipe.other_env_episodes)
-        ]
+        episodes = {
+            setup.name: expert_episodes(expert, chat, setup, SFT_SEED, recipe.sft_episode_count(setup.name))
+            for setup in recipe.setups()
+        }
+        lake = episodes["frozenlake"]
+        others = [t for name, trajectories in episodes.items() if name != "frozenlake" for t in trajectories]
         lap("expert")
         # SFT outcomes of this small model vary with the initialisation and batch order, and RL barely
         # moves a weak warm start (module docstring): an attempt that validates below
@@ -214,6 +272,13 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
             if val_success is None or val_success >= recipe.min_val_success:
                 break
         val_success, model, losses = best
+        # the extra envs are measured on the kept model only: the retry above stays FrozenLake's
+        extra_val_success = {
+            setup.name: validation_success(model, chat, recipe, setup)
+            for setup in (recipe.setups()[len(TINY_ENVS) :] if recipe.val_envs > 0 else ())
+        }
+        if extra_val_success:
+            lap("validation_extra")
         summary = {
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocab": len(tokenizer),
@@ -224,6 +289,7 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
             "expert_success": sum(t.success for t in lake) / len(lake),
             "val_success": val_success,
             "attempts": attempts,
+            **({"extra_val_success": extra_val_success} if extra_val_success else {}),
             "val_envs": recipe.val_envs,
             "val_temperature": recipe.val_temperature,
         }
@@ -247,22 +313,29 @@ def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
     chat = ChatFormat(tokenizer)
     expert = ExpertEngine(tokenizer, epsilon=0.3, seed=recipe.seed)
     texts = []
-    for name in recipe.envs():
-        count = recipe.corpus_episodes if name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
-        for trajectory in expert_episodes(expert, chat, name, CORPUS_SEED, count, max_new_tokens=1024):
+    for setup in recipe.setups():
+        count = recipe.corpus_episodes if setup.name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
+        for trajectory in expert_episodes(expert, chat, setup, CORPUS_SEED, count, max_new_tokens=1024):
             texts.append(tokenizer.decode(trajectory.token_ids, skip_special_tokens=False))
     return texts
 
 
 def expert_episodes(
-    expert: ExpertEngine, chat: ChatFormat, env_name: str, first_seed: int, count: int, max_new_tokens: int = 100
+    expert: ExpertEngine,
+    chat: ChatFormat,
+    setup: EnvSetup,
+    first_seed: int,
+    count: int,
+    max_new_tokens: int | None = None,
 ) -> list[Trajectory]:
-    """`count` expert episodes of `env_name` (default options) with the default episode limits."""
+    """`count` expert episodes of `setup`'s env, options and limits (`max_new_tokens` overrides its reply budget)."""
     if count <= 0:
         return []
     seeds = list(range(first_seed, first_seed + count))
-    limits = EpisodeLimits(max_new_tokens=max_new_tokens)
-    return rollout(expert, lambda: make_env(env_name), seeds, seeds, chat, limits, SamplingParams())
+    limits = setup.limits()
+    if max_new_tokens is not None:
+        limits = dataclasses.replace(limits, max_new_tokens=max_new_tokens)
+    return rollout(expert, setup.make_env, seeds, seeds, chat, limits, SamplingParams())
 
 
 def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
@@ -283,11 +356,12 @@ def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
 
 
 def validation_success(
-    model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, env_name: str = "frozenlake"
+    model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, setup: EnvSetup = EnvSetup("frozenlake")
 ) -> float:
-    """Success rate of `model` on the validation seeds 123.. of `env_name`, one rollout each."""
+    """Success rate of `model` on the validation seeds 123.. of `setup`'s env, one rollout each (as `fit`
+    validates with that setup's config, `validation.num_envs=recipe.val_envs`)."""
     seeds = list(range(123, 123 + recipe.val_envs))
     engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id)
     sampling = SamplingParams(temperature=recipe.val_temperature, seed=recipe.seed)
-    trajectories = rollout(engine, lambda: make_env(env_name), seeds, seeds, chat, EpisodeLimits(), sampling)
+    trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits(), sampling)
     return sum(t.success for t in trajectories) / len(trajectories)
