@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ragen_lit.config import LoraConfig, ModelConfig
@@ -176,14 +176,7 @@ def load_trained_policy(source: str | os.PathLike, dtype: str | None, what: str)
     try:
         if lora.r > 0:  # the checkpoint holds adapters only: the base weights come from where the run started
             policy = AutoModelForCausalLM.from_pretrained(base, dtype=DTYPES[dtype] if dtype else stored)
-            policy = apply_lora(
-                policy,
-                r=lora.r,
-                alpha=lora.alpha,
-                dropout=lora.dropout,
-                target_modules=lora.target_modules,
-                causal_lm=True,
-            )
+            policy = apply_lora(policy, **asdict(lora), causal_lm=True)
         else:
             config = AutoConfig.from_pretrained(base)
             policy = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype] if dtype else stored)

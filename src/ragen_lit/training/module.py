@@ -20,6 +20,7 @@ shards after updates.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import math
@@ -102,12 +103,7 @@ class AgentRLModule(L.LightningModule):
         if lora.r > 0:
             # the critic's backbone gets adapters too (a second full backbone to train would cost what LoRA saves);
             # its value head stays fully trainable
-            adapters = {
-                "r": lora.r,
-                "alpha": lora.alpha,
-                "dropout": lora.dropout,
-                "target_modules": lora.target_modules,
-            }
+            adapters = dataclasses.asdict(lora)
             self.policy = apply_lora(self.policy, **adapters, causal_lm=True)
             if self.critic is not None:
                 self.critic.backbone = apply_lora(self.critic.backbone, **adapters, causal_lm=False)
