@@ -2,6 +2,7 @@
 for several settings side by side, each in a fresh process, with a kernel-level breakdown.
 
     python scripts/bench_update.py --smoke                                    # tiny model: checks the script runs
+    python scripts/bench_update.py --model qwen2.5-3b --variant full: --variant lora16:model.lora.r=16  # 3B: full, LoRA
     python scripts/bench_update.py --variant eager: --variant compiled:model.compile=true,optim.micro_batch_size=16
     python scripts/bench_update.py --variant flash:model.compile=true,sdpa=flash --profile
     python scripts/bench_update.py --set model.compile=true optim.micro_batch_size=16 --variant padded: \

@@ -4,8 +4,9 @@ prompt, against the bandwidth roofline of its own decode steps.
 The workload mimics turn 1 of a training iteration: groups of 16 rollouts share one prompt, and a
 set of stop tokens ends rows at different steps (as answers do); with `--suffix-tokens` a later turn (each
 row continues its group's prompt with its own ids, as the turns so far do). The model is randomly initialised:
-a Qwen2 of the built-in tiny model's shape by default (CPU-sized), or of Qwen2.5-0.5B's shape with
-`--model qwen2.5-0.5b` (for a GPU), so no weights are loaded. Tokens/s counts sampled tokens over the
+a Qwen2 of the built-in tiny model's shape by default (CPU-sized), or of a real model's shape with
+`--model qwen2.5-0.5b` or `qwen2.5-3b` (for a GPU; `ragen_lit.bench.random_model.QWEN_SHAPES`), so no weights are
+loaded. Tokens/s counts sampled tokens over the
 wall time of one `generate` call (prefill included); "prefill s" is the time inside the engine's
 prefill (with the dedup on: the group's prompt once, copied to the group's rows after; later turns: then
 each row's own suffix). On a GPU every
@@ -25,7 +26,7 @@ import transformers
 
 from ragen_lit.bench.common import device_name
 from ragen_lit.bench.machine import cpu_name, utc_now
-from ragen_lit.bench.random_model import QWEN_0_5B
+from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
@@ -35,7 +36,7 @@ TINY_VOCAB_SIZE = 1540
 
 
 def random_model(name: str, dtype: torch.dtype, device: torch.device) -> transformers.Qwen2ForCausalLM:
-    """A random-init Qwen2: the tiny model's shape ("tiny") or Qwen2.5-0.5B's ("qwen2.5-0.5b")."""
+    """A random-init Qwen2: the tiny model's shape ("tiny") or a shape of `QWEN_SHAPES` ("qwen2.5-0.5b", …)."""
     torch.manual_seed(0)
     if name == "tiny":
         config = transformers.Qwen2Config(
@@ -48,7 +49,7 @@ def random_model(name: str, dtype: torch.dtype, device: torch.device) -> transfo
             max_position_embeddings=4096,
         )
     else:
-        config = transformers.Qwen2Config(**QWEN_0_5B)
+        config = transformers.Qwen2Config(**QWEN_SHAPES[name])
     with torch.device(device):
         return transformers.Qwen2ForCausalLM(config).to(dtype).eval()
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--model", choices=["tiny", "qwen2.5-0.5b"], default="tiny", help="random-init Qwen2 shape")
+    parser.add_argument("--model", choices=["tiny", *QWEN_SHAPES], default="tiny", help="random-init Qwen2 shape")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: bf16 on a GPU")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(

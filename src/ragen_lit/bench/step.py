@@ -6,7 +6,8 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
 * `algo=ppo`: the policy and a critic of the same backbone are trained (the shipped config uses GRPO,
   which has no critic; PPO is the heavier step and times the value passes too);
 
-* the model is a randomly initialised Qwen2 of the Qwen2.5-0.5B shape (bf16), saved with a byte-level
+* the model is a randomly initialised Qwen2 of the Qwen2.5-0.5B shape (bf16; `--model qwen2.5-3b`: the paper's
+  size), saved with a byte-level
   BPE trained offline on environment text (`ragen_lit.presets.tiny.tokenizer`; its ~1.5k ids fit the
   151,936-row vocabulary). A random model practically never samples `</answer>` or `<|im_end|>` (2 of
   151,936 ids), so every turn runs to `max_new_tokens` and every episode to `max_turns`: a fixed,
@@ -57,7 +58,7 @@ from ragen_lit.bench.common import (
     update_flops,
 )
 from ragen_lit.bench.machine import utc_now
-from ragen_lit.bench.random_model import write_random_model
+from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.bench.roofline import decode_workload, model_roofline
 from ragen_lit.bench.step_baselines import (
     engine_generation,
@@ -187,7 +188,7 @@ def run(args, save) -> dict:
 def _run(args, save, folder: str) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     base = load_config(str(CONFIG))
-    model_config = write_random_model(Path(folder), args.smoke, device)
+    model_config = write_random_model(Path(folder), args.model, device)
     overrides = (
         [
             "model.name=hf",
@@ -274,6 +275,7 @@ def _run(args, save, folder: str) -> dict:
         },
         "config": {
             "smoke": args.smoke,
+            "model": args.model,
             "shape": args.shape,
             "iterations": args.iterations,
             "policy_params": policy_params,
@@ -414,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny model and batch: checks that the script runs")
     parser.add_argument(
+        "--model",
+        choices=list(QWEN_SHAPES),
+        default=DEFAULT_SHAPE,
+        help="the random-init model's architecture (--smoke overrides it with a tiny shape)",
+    )
+    parser.add_argument(
         "--shape",
         choices=list(SHAPES),
         default="multi-turn",
@@ -463,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after the fit: no prepare split, engine, transformers or plain-update baselines",
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.model = SMOKE
     if args.shape == "trl":
         args.no_diagnostics = True
     if args.iterations is None:

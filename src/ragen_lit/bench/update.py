@@ -7,7 +7,8 @@ the update) so that settings can be compared in minutes. The batch imitates benc
 sampled tokens, sequence lengths uniform in `--length` ± `--length-spread` (1,700 ± 5%: what the
 device's tokenizer gave; a wider spread imitates transcripts of different lengths, where padding costs
 more), random token ids; `prepare_batch` adds old log-probs, values and GAE advantages as in a run.
-One pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
+The model is `bench_step.py`'s random-init Qwen2 (`--model`, written once and loaded by every variant). One
+pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
 optimizer state); the median of `--repeats` timed passes is reported, with the MFU counted as in
 `bench_step.py` (`ragen_lit.bench.common.update_flops`).
 
@@ -39,7 +40,7 @@ import torch
 
 from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, update_flops
 from ragen_lit.bench.machine import utc_now
-from ragen_lit.bench.random_model import write_random_model
+from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import select_rows
 from ragen_lit.training.data import plan_minibatches
@@ -134,7 +135,7 @@ def run_variant(args) -> dict:
         str(CONFIG),
         [
             "model.name=hf",
-            f"model.path={args.model}",
+            f"model.path={args.model_folder}",
             "algo=ppo",
             "filter.strategy=none",
             f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
@@ -220,7 +221,7 @@ def run_variant(args) -> dict:
 
 def format_report(meta: dict, results: list[dict]) -> str:
     lines = [
-        f"update benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}",
+        f"update benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}; {meta['model']} random init",
         f"batch: {meta['rows']} episodes x {meta['length']} ± {meta['length_spread']:.0%} tokens "
         f"({meta['turns']} turns, {meta['response']} sampled tokens each); PPO actor + critic, "
         f"{meta['num_minibatches']} mini-batches; median of {meta['repeats']} passes after one warm-up pass",
@@ -273,15 +274,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the mini-batches")
     parser.add_argument("--profile", action="store_true", help="kernel breakdown of one mini-batch per variant")
     parser.add_argument("--top", type=int, default=15, help="kernels listed per profile")
+    parser.add_argument(
+        "--model",
+        choices=list(QWEN_SHAPES),
+        default=DEFAULT_SHAPE,
+        help="the random-init model's architecture (--smoke overrides it with a tiny shape)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model and batch (CPU is fine)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     parser.add_argument("--run-variant", help=argparse.SUPPRESS)  # internal: run one variant in this process
-    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--model-folder", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.length_spread < 0:
         raise SystemExit(f"--length-spread={args.length_spread}: must be >= 0 (a fraction of --length)")
     if args.smoke:
+        args.model = SMOKE
         args.rows, args.length, args.turns, args.response = min(args.rows, 8), min(args.length, 64), 2, 8
     for text in args.variant:
         parse_variant(text)  # bad variants stop here, before any model is built
@@ -293,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = args.variant or ["config:"]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-update-") as folder:
-        write_random_model(Path(folder), args.smoke, device)
+        write_random_model(Path(folder), args.model, device)
         for text in variants:
             result_file = Path(folder) / "result.json"
             command = [
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ragen_lit.bench.update",
                 "--run-variant",
                 text,
-                "--model",
+                "--model-folder",
                 folder,
                 "--result",
                 str(result_file),
@@ -338,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": device_name(device),
         "date": utc_now(),
         "torch": torch.__version__,
+        "model": args.model,
         "rows": args.rows,
         "length": args.length,
         "length_spread": args.length_spread,
