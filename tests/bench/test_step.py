@@ -1,4 +1,5 @@
-"""`ragen_lit.bench.step`: the FLOP count by hand, and the whole benchmark in --smoke mode (CPU)."""
+"""`ragen_lit.bench.step`: micro-batching and plain layers of its baselines, and the whole benchmark in --smoke mode
+(CPU)."""
 
 from __future__ import annotations
 
@@ -7,30 +8,13 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from ragen_lit.bench.common import update_flops
 from ragen_lit.bench.step_baselines import micro_batches, plain_layers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_step.py"
-
-
-def test_update_flops_by_hand():
-    config = SimpleNamespace(hidden_size=2, num_hidden_layers=1, vocab_size=3)
-    # two sequences of 3 and 2 real tokens; scored positions: (0, 2) and (1, 1) -> h = 1 and 1
-    minibatch = {
-        "attention_mask": torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool),
-        "loss_mask": torch.tensor([[0, 0, 1], [0, 1, 0]], dtype=torch.bool),
-    }
-    exact, naive = update_flops(config, [minibatch], policy_params=10, critic_params=7)
-    # V·d = 6; tokens = 5; scored = 2; attention = 12·1·2·(9 + 4) = 312
-    policy = 6 * (10 - 6) * 5 + 6 * 6 * 2 + 312  # 120 + 72 + 312
-    critic = 6 * (7 - 6) * 5 + 312  # 30 + 312
-    assert exact == policy + critic == 846
-    assert naive == (6 * 10 * 5 + 312) + (6 * 7 * 5 + 312) == 1134
 
 
 def test_micro_batches_group_rows_by_length_and_trim_each_to_its_longest_sequence():

@@ -1,5 +1,5 @@
 """What the benchmarks share: the shipped config they run, progress lines, the device line of their tables,
-the update's model-FLOP count, and a per-phase clock. Only torch is imported here, so a benchmark's
+the update's model-FLOP count (LoRA-aware), and a per-phase clock. Only torch is imported here, so a benchmark's
 measuring subprocess stays light.
 
 The benchmarks run from a source checkout: `conf/` is not part of the installed package.
@@ -11,6 +11,7 @@ import platform
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,14 +46,60 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()})"
 
 
-def update_flops(config, minibatches, policy_params: int, critic_params: int | None) -> tuple[float, float]:
+@dataclass(frozen=True)
+class Weights:
+    """One model's parameters as the update's FLOP count sees them."""
+
+    total: int
+    """every parameter (the tied embedding once, LoRA adapters included): each runs its forward and activation
+    gradient"""
+    trainable: int
+    """the parameters an optimizer steps: all of them in full fine-tuning; under LoRA the adapters (and the
+    critic's value head). Only these need a weight-gradient matmul"""
+    embedding_trains: bool
+    """the [V, d] embedding (the policy's tied head too) is among the trainable ones"""
+
+
+def weights(model: torch.nn.Module, embedding: torch.nn.Module) -> Weights:
+    """`model`'s `Weights`; `embedding` is its input embedding (for a critic, its backbone's)."""
+    return Weights(
+        total=sum(p.numel() for p in model.parameters()),
+        trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        embedding_trains=embedding.weight.requires_grad,
+    )
+
+
+def module_weights(module) -> tuple[Weights, Weights | None]:
+    """The `Weights` of an `AgentRLModule`'s policy and critic (None without a critic)."""
+    policy = weights(module.policy, module.policy.get_input_embeddings())
+    critic = module.critic
+    return policy, (None if critic is None else weights(critic, critic.backbone.get_input_embeddings()))
+
+
+def update_flops(config, minibatches, policy: Weights, critic: Weights | None) -> tuple[float, float]:
     """(model FLOPs of one pass over `minibatches`, the naive 6·N·tokens + attention count with N the full
-    parameter count of each model). Per sequence of s real tokens of which h are scored (response tokens),
-    L layers, width d, vocabulary V: policy `6·(N − V·d)·s + 6·V·d·h + 12·L·d·s²`, critic
-    `6·(N_c − V·d)·s + 12·L·d·s²` (N: parameter count; the tied embedding is a lookup, the head runs on
-    scored positions only; attention counted PaLM-style as the full s×s score matrix, forward + backward).
-    Padding and recomputation are not counted."""
+    parameter count of each model, as if every weight trained).
+
+    A weight W in a matmul costs, per token, 2·|W| forward, 2·|W| for the activation gradient (which every
+    layer needs so that the gradient reaches the trainable weights below it) and 2·|W| for the weight gradient,
+    which only a trainable W needs: under LoRA the frozen base weights skip it, so the update costs
+    4·N + 2·T per token, not 6·N (T: trainable parameters, the adapters). Per sequence of s real tokens of
+    which h are scored (response tokens), L layers, width d, vocabulary V, E = V·d, e = 1 if the embedding
+    trains (full fine-tuning) else 0:
+    policy `(4·(N − E) + 2·(T − e·E))·s + (4 + 2·e)·E·h + 12·L·d·s²`,
+    critic `(4·(N_c − E) + 2·(T_c − e_c·E))·s + 12·L·d·s²`.
+    The tied embedding is a lookup, the head runs on scored positions only; attention is counted PaLM-style
+    as the full s×s score matrix, forward + backward (it has no weights: LoRA leaves it as it is). In full
+    fine-tuning (T = N, e = 1) this is `6·(N − E)·s + 6·E·h + 12·L·d·s²`. Padding and recomputation are not
+    counted, nor the first layer's input gradient that frozen embeddings make unnecessary."""
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    embedding = vocab * d
+
+    def per_token(model: Weights) -> float:  # the matmuls of every position but the head's
+        trained = model.trainable - embedding * model.embedding_trains
+        return 4.0 * (model.total - embedding) + 2.0 * trained
+
+    head = (4.0 + 2.0 * policy.embedding_trains) * embedding
     exact = naive = 0.0
     for mb in minibatches:
         mask = mb["attention_mask"].bool()
@@ -60,11 +107,11 @@ def update_flops(config, minibatches, policy_params: int, critic_params: int | N
         tokens = float(lengths.sum())
         scored = float((mb["loss_mask"][:, 1:].bool() & mask[:, :-1]).sum())
         attention = 12.0 * layers * d * float((lengths**2).sum())
-        exact += 6.0 * (policy_params - vocab * d) * tokens + 6.0 * vocab * d * scored + attention
-        naive += 6.0 * policy_params * tokens + attention
-        if critic_params is not None:
-            exact += 6.0 * (critic_params - vocab * d) * tokens + attention
-            naive += 6.0 * critic_params * tokens + attention
+        exact += per_token(policy) * tokens + head * scored + attention
+        naive += 6.0 * policy.total * tokens + attention
+        if critic is not None:
+            exact += per_token(critic) * tokens + attention
+            naive += 6.0 * critic.total * tokens + attention
     return exact, naive
 
 

@@ -30,7 +30,8 @@ instead of the PPO loss, eager layers) on the same mini-batches, and optionally 
 `--set key=value ...` changes the config (e.g. `model.compile=true`).
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with the model FLOPs of
-`ragen_lit.bench.common.update_flops` (padding and recomputation not counted).
+`ragen_lit.bench.common.update_flops` (padding and recomputation not counted; under LoRA only the adapters'
+weight gradients are counted, the frozen weights' forward and activation gradients still are).
 Entry point: `scripts/bench_step.py`.
 """
 
@@ -54,6 +55,7 @@ from ragen_lit.bench.common import (
     SMOKE_OVERRIDES,
     Clock,
     device_name,
+    module_weights,
     progress,
     update_flops,
 )
@@ -255,10 +257,9 @@ def _run(args, save, folder: str) -> dict:
     sampled = sum(sum(t.loss_mask) for t in trajectories)
     tokens = sum(len(t.token_ids) for t in trajectories)
     reasoning_tokens = probe.reasoning_tokens
-    policy_params = sum(p.numel() for p in module.policy.parameters())
-    critic_params = sum(p.numel() for p in module.critic.parameters()) if module.critic is not None else None
+    policy_weights, critic_weights = module_weights(module)
     # per steady iteration: its own mini-batches' FLOPs over its own update time (the mean, not one iteration)
-    counts = [update_flops(model_config, probe.update_masks[i], policy_params, critic_params) for i in steady]
+    counts = [update_flops(model_config, probe.update_masks[i], policy_weights, critic_weights) for i in steady]
     flops, naive_flops = (sum(c[k] for c in counts) / len(steady) for k in (0, 1))
     trained = sum(int(mb["attention_mask"].sum()) for i in steady for mb in probe.update_masks[i]) / len(steady)
     last = per_iteration[-1]  # the iteration whose rollouts and mini-batches were kept (generation tokens/s, baselines)
@@ -278,8 +279,10 @@ def _run(args, save, folder: str) -> dict:
             "model": args.model,
             "shape": args.shape,
             "iterations": args.iterations,
-            "policy_params": policy_params,
-            "critic_params": critic_params,
+            "policy_params": policy_weights.total,
+            "policy_trainable_params": policy_weights.trainable,
+            "critic_params": critic_weights.total if critic_weights else None,
+            "critic_trainable_params": critic_weights.trainable if critic_weights else None,
             "hidden_size": model_config.hidden_size,
             "layers": model_config.num_hidden_layers,
             "vocab_size": model_config.vocab_size,

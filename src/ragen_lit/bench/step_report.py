@@ -24,7 +24,8 @@ def format_table(res: dict) -> str:
         f"ragen_lit step benchmark: {res['device']}, {res['date']}",
         "versions: " + ", ".join(f"{k} {v}" for k, v in res["versions"].items()),
         f"model: Qwen2 ({c['model']}) {c['policy_params'] / 1e6:.1f}M params "
-        f"(critic {(c['critic_params'] or 0) / 1e6:.1f}M), "
+        f"(critic {(c['critic_params'] or 0) / 1e6:.1f}M; trainable {c['policy_trainable_params'] / 1e6:.1f}M and "
+        f"{(c['critic_trainable_params'] or 0) / 1e6:.1f}M), "
         f"d={c['hidden_size']}, L={c['layers']}, V={c['vocab_size']}, {c['dtype']}, attention={c['attention']}, "
         f"random init{' (SMOKE)' if c['smoke'] else ''}",
         f"workload: FrozenLake {c['groups']} groups x {c['group_size']} rollouts, {c['max_turns']} turns x "

@@ -10,7 +10,8 @@ more), random token ids; `prepare_batch` adds old log-probs, values and GAE adva
 The model is `bench_step.py`'s random-init Qwen2 (`--model`, written once and loaded by every variant). One
 pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
 optimizer state); the median of `--repeats` timed passes is reported, with the MFU counted as in
-`bench_step.py` (`ragen_lit.bench.common.update_flops`).
+`bench_step.py` (`ragen_lit.bench.common.update_flops`: under LoRA the frozen weights need no weight
+gradient; the "naive 6N" column counts every weight as trained).
 
 A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>`
 (flash | cudnn | efficient | math: restricts `scaled_dot_product_attention` to that kernel for the whole
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, update_flops
+from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, module_weights, update_flops
 from ragen_lit.bench.machine import utc_now
 from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.config import load_config
@@ -198,9 +199,8 @@ def run_variant(args) -> dict:
                 wall = one_pass(minibatches[:1])
             profile = kernel_breakdown(prof, wall, args.top)
     update_s = statistics.median(times)
-    policy_params = sum(p.numel() for p in module.policy.parameters())
-    critic_params = sum(p.numel() for p in module.critic.parameters())
-    flops, naive = update_flops(config, minibatches, policy_params, critic_params)
+    policy, critic = module_weights(module)
+    flops, naive = update_flops(config, minibatches, policy, critic)
     peak = PEAK_FLOPS if device.type == "cuda" else float("nan")
     return {
         "variant": name,
@@ -208,6 +208,7 @@ def run_variant(args) -> dict:
         "sdpa": sdpa or "default",
         "micro_batch_size": cfg.optim.micro_batch_size,
         "compile": cfg.model.compile,
+        "trainable_params": policy.trainable + critic.trainable,
         "warmup_s": warmup_s,
         "update_s": update_s,
         "times_s": times,
