@@ -37,6 +37,8 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
             sys.executable,
             str(SCRIPT),
             "--smoke",
+            "--model",
+            "qwen2.5-3b",  # --smoke overrides it
             "--engines",
             "static",
             "graph",
@@ -63,6 +65,7 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     ):
         assert label in done.stdout
     res = json.loads(out.read_text())
+    assert (res["config"]["model"], res["config"]["hidden_size"]) == ("smoke", 64)
     # smoke workload: 2 groups x 4 rollouts, 2 turns of at most 8 sampled tokens each
     assert res["workload"]["rollouts"] == 8
     assert res["workload"]["turns"] == 16

@@ -68,6 +68,8 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
             "--variant",
             "mb2:optim.micro_batch_size=2",
             "--variant",
+            "lora:model.lora.r=4",
+            "--variant",
             "bad:optim.micro_batch_size=0",
         ],
         capture_output=True,
@@ -82,3 +84,5 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
     good = res["results"][0]
     assert good["micro_batch_size"] == 2 and good["update_s"] > 0 and good["tokens_per_s"] > 0
     assert good["profile"]["wall_s"] > 0
+    lora = res["results"][1]  # the adapters (and the critic's value head) train, a few percent of the weights
+    assert lora["update_s"] > 0 and 0 < lora["trainable_params"] < good["trainable_params"] / 10
