@@ -7,11 +7,10 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
   which has no critic; PPO is the heavier step and times the value passes too);
 
 * the model is a randomly initialised Qwen2 of the Qwen2.5-0.5B shape (bf16; `--model qwen2.5-3b`: the paper's
-  size), saved with a byte-level
-  BPE trained offline on environment text (`ragen_lit.presets.tiny.tokenizer`; its ~1.5k ids fit the
-  151,936-row vocabulary). A random model practically never samples `</answer>` or `<|im_end|>` (2 of
-  151,936 ids), so every turn runs to `max_new_tokens` and every episode to `max_turns`: a fixed,
-  reproducible workload (the sampled and sequence token counts are printed);
+  size), saved with a byte-level BPE trained offline on environment text (`ragen_lit.presets.tiny.tokenizer`;
+  its ~1.5k ids fit the 151,936-row vocabulary). A random model practically never samples `</answer>` or
+  `<|im_end|>` (2 of 151,936 ids), so every turn runs to `max_new_tokens` and every episode to `max_turns`: a
+  fixed, reproducible workload (the sampled and sequence token counts are printed);
 * `filter.strategy=none`: a random model's rewards are all equal (every turn gets the format
   penalty), so top_p would keep nothing and there would be no update; the update trains on all rollouts;
 * `diagnostics.every_n_iterations=2`, so that iteration 2 measures one warm diagnostics iteration; its
