@@ -31,3 +31,16 @@ def test_bad_sampling_params_are_refused_with_the_setting_named(params, message)
 def test_an_empty_prompt_is_refused():
     with pytest.raises(ValueError, match="^every prompt must hold at least one token id; got an empty prompt$"):
         validate_request([[1], []], SamplingParams())
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [([], "float32"), (["rollout.vllm_dtype=bfloat16"], "bfloat16")])
+def test_vllm_holds_the_weights_in_rollout_vllm_dtype_else_model_dtype(monkeypatch, overrides, expected):
+    import ragen_lit.engines.vllm as vllm_module
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    made = {}
+    monkeypatch.setattr(vllm_module, "VLLMEngine", lambda path, **kwargs: made.update(kwargs))
+    cfg = load_config(None, ["rollout.engine=vllm", "model.dtype=float32", *overrides])
+    build_engine(cfg.rollout, cfg.model, policy=None, model_path="unused", pad_token_id=0, seed=0)
+    assert made["dtype"] == expected

@@ -143,3 +143,26 @@ def test_the_learning_rate_follows_the_configured_decay_over_the_planned_steps(t
         actor.step()
         scheduler.step()
     assert lrs == pytest.approx([0.001, 0.000875, 0.00075, 0.000625])
+
+
+@pytest.mark.parametrize(("dtype", "warned"), [("bfloat16", True), ("float32", False)])
+def test_a_learning_rate_that_bfloat16_weights_round_away_is_warned_about(
+    tiny_model_dir, tmp_path, caplog, dtype, warned
+):
+    cfg = load_config(
+        ROOT / "conf" / "frozenlake.yaml",
+        [
+            f"model.path={tiny_model_dir}",
+            "model.name=hf",
+            f"model.dtype={dtype}",
+            f"logging.output_dir={tmp_path}",
+            "optim.actor_lr=1e-6",
+        ],
+    )
+    with caplog.at_level("WARNING", logger="ragen_lit.training.module"):
+        AgentRLModule(cfg).configure_optimizers()
+    messages = [r.getMessage() for r in caplog.records if "rounds away" in r.getMessage()]
+    assert bool(messages) is warned
+    if warned:
+        assert "policy's weights are bfloat16" in messages[0] and "optim.actor_lr=1e-06" in messages[0]
+        assert "model.dtype=float32 trainer.precision=bf16-mixed" in messages[0]

@@ -12,7 +12,7 @@ __all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams"
 def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, pad_token_id: int, seed: int) -> Engine:
     """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config):
     transformers generating with `policy` itself, or vLLM loading the weights at `model_path` in
-    `model_cfg.dtype` (the trainer syncs the policy into it before every rollout)."""
+    `rollout_cfg.vllm_dtype` (default `model_cfg.dtype`; the trainer syncs the policy into it before every rollout)."""
     if rollout_cfg.engine == "hf":
         from ragen_lit.engines.hf import HFEngine
 
@@ -30,7 +30,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             model_path,
             gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
             enable_sleep_mode=rollout_cfg.sleep_mode,
-            dtype=model_cfg.dtype,
+            dtype=rollout_cfg.vllm_dtype or model_cfg.dtype,
             max_model_len=rollout_cfg.max_context_tokens,
             seed=seed,
         )

@@ -46,6 +46,7 @@ from ragen_lit.logprobs import token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import apply_lora, compile_layers, load_critic, load_policy, load_tokenizer
+from ragen_lit.models.precision import stalled_update_fraction
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
@@ -53,6 +54,8 @@ from ragen_lit.presets import resolve_model_path
 from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, select_rows
 
 log = logging.getLogger(__name__)
+# warn when an optimizer step leaves more than this share of a model's trainable weights unchanged
+STALLED_UPDATE_WARNING = 0.5
 # Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
 # the stale tied head of issue 18 gave 0.8).
 LOGPROB_GAP_WARNING = 0.1
@@ -236,7 +239,32 @@ class AgentRLModule(L.LightningModule):
             )
             optimizers.append(critic)
             schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, schedule))
+        self._warn_stalled_updates()
         return optimizers, schedulers
+
+    def _warn_stalled_updates(self) -> None:
+        """One warning per model whose low-precision weights an AdamW step of the configured learning rate
+        cannot move (`models.precision`): e.g. bfloat16 weights at the paper's 1e-6, where training would
+        silently change nothing."""
+        o = self.cfg.optim
+        for role, model, key, lr in (
+            ("policy", self.policy, "actor_lr", o.actor_lr),
+            ("critic", self.critic, "critic_lr", o.critic_lr),
+        ):
+            if model is None or self.global_rank != 0:
+                continue
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            fraction = stalled_update_fraction(trainable, lr)
+            if fraction > STALLED_UPDATE_WARNING:
+                log.warning(
+                    "the %s's weights are %s: an AdamW step of optim.%s=%g leaves %.0f%% of them unchanged (it rounds "
+                    "away); train float32 weights with bf16 compute: model.dtype=float32 trainer.precision=bf16-mixed",
+                    role,
+                    str(trainable[0].dtype).removeprefix("torch."),
+                    key,
+                    lr,
+                    100 * fraction,
+                )
 
     # -- per-iteration preparation --------------------------------------------------------------
     def _logprob_gap(self, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
