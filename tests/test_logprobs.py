@@ -6,7 +6,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from ragen_lit.logprobs import LogProbs, decoder_inputs, default_position_ids, pack_rows, token_logprobs
+from ragen_lit.logprobs import (
+    LogProbs,
+    decoder_inputs,
+    default_position_ids,
+    mean_abs_logprob_diff,
+    pack_rows,
+    token_logprobs,
+)
 
 # the KV-cache keyword and the decoder call; CI also runs these at the lowest declared versions
 pytestmark = pytest.mark.floors
@@ -308,3 +315,19 @@ def test_packed_rows_under_flex_attention_get_a_block_mask_and_score_as_the_padd
     assert len(masks) == 1 and isinstance(masks[0], BlockMask)
     torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(got.entropy, want.entropy, atol=1e-5, rtol=0)
+
+
+def test_mean_abs_logprob_diff_hand_computed():
+    sample = torch.tensor([[-1.0, -2.0], [-3.0, 0.0]])
+    trainer = torch.tensor([[-1.5, -2.0], [-1.0, -9.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    assert mean_abs_logprob_diff(sample, trainer, mask) == pytest.approx((0.5 + 0.0 + 2.0) / 3)
+    assert mean_abs_logprob_diff(sample, trainer, torch.zeros_like(mask)) == 0.0
+
+
+def test_mean_abs_logprob_diff_rejects_bad_shapes_and_masks():
+    sample = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="one shape"):
+        mean_abs_logprob_diff(sample, torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        mean_abs_logprob_diff(sample, sample, torch.ones(2, 3))

@@ -253,3 +253,23 @@ def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.n
             "and vocabulary head (get_output_embeddings()/.lm_head)"
         )
     return decoder, head
+
+
+def mean_abs_logprob_diff(sample_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Training-vs-sampling mismatch: mean |log π_sample(y_t) − log π_train(y_t)| over masked tokens.
+
+    `sample_logprobs`, `trainer_logprobs`: [B, T] float (the engine's sampling log-probs and the
+    trainer's old-policy log-probs of the same tokens); `mask: [B, T] bool` (the response tokens).
+    Returns 0.0 when the mask selects no token.
+    """
+    if sample_logprobs.shape != trainer_logprobs.shape or mask.shape != sample_logprobs.shape:
+        raise ValueError(
+            "sample_logprobs, trainer_logprobs and mask must have one shape, got "
+            f"{tuple(sample_logprobs.shape)}, {tuple(trainer_logprobs.shape)}, {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
+    if not bool(mask.any()):
+        return 0.0
+    diff = (sample_logprobs.double() - trainer_logprobs.double()).abs()
+    return float(diff[mask].mean())

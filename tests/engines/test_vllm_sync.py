@@ -27,7 +27,6 @@ from ragen_lit.engines import vllm as vllm_engine
 from ragen_lit.engines.vllm import (
     VLLM_EXTRA_MESSAGE,
     VLLMEngine,
-    mean_abs_logprob_diff,
     reprocess_tied_layers,
     stop_sequence_end,
     tied_layers,
@@ -317,22 +316,6 @@ def test_stop_sequence_end_is_the_shortest_prefix_ending_in_a_stop(token_ids, st
 
     ends = [n for n in range(1, len(token_ids) + 1) if ends_with_stop(token_ids[:n])]
     assert end == (ends[0] if ends else None)
-
-
-def test_mean_abs_logprob_diff_hand_computed():
-    sample = torch.tensor([[-1.0, -2.0], [-3.0, 0.0]])
-    trainer = torch.tensor([[-1.5, -2.0], [-1.0, -9.0]])
-    mask = torch.tensor([[True, True], [True, False]])
-    assert mean_abs_logprob_diff(sample, trainer, mask) == pytest.approx((0.5 + 0.0 + 2.0) / 3)
-    assert mean_abs_logprob_diff(sample, trainer, torch.zeros_like(mask)) == 0.0
-
-
-def test_mean_abs_logprob_diff_rejects_bad_shapes_and_masks():
-    sample = torch.zeros(2, 3)
-    with pytest.raises(ValueError, match="one shape"):
-        mean_abs_logprob_diff(sample, torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="bool"):
-        mean_abs_logprob_diff(sample, sample, torch.ones(2, 3))
 
 
 # --- construction errors -------------------------------------------------------------------------

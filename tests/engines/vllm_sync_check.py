@@ -179,7 +179,7 @@ def single_process(out_dir: Path) -> None:
     import torch
 
     from ragen_lit.engines.base import SamplingParams
-    from ragen_lit.engines.vllm import mean_abs_logprob_diff
+    from ragen_lit.logprobs import mean_abs_logprob_diff
 
     build_policy(out_dir / "policy")
     policy = load_policy(out_dir / "policy")

@@ -40,9 +40,8 @@ from ragen_lit.algos import (
     value_loss,
 )
 from ragen_lit.config import Config
-from ragen_lit.engines.vllm import mean_abs_logprob_diff
 from ragen_lit.errors import ConfigError
-from ragen_lit.logprobs import token_logprobs
+from ragen_lit.logprobs import mean_abs_logprob_diff, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import apply_lora, compile_layers, load_critic, load_policy, load_tokenizer
