@@ -19,9 +19,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import transformers
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.models.tiny_qwen2 import tiny_qwen2
 
 from ragen_lit.engines import vllm as vllm_engine
 from ragen_lit.engines.vllm import (
@@ -37,21 +37,6 @@ from ragen_lit.engines.vllm import (
 CHECK_SCRIPT = Path(__file__).with_name("vllm_sync_check.py")
 # bf16 keeps 8 significant bits: ~0.4% of a log-prob near −6 is 0.025; measured error is ~0.005.
 BF16_TOL = 0.02
-
-
-def tiny_qwen2(seed: int = 0, tie: bool = True) -> transformers.Qwen2ForCausalLM:
-    torch.manual_seed(seed)
-    config = transformers.Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-    )
-    return transformers.Qwen2ForCausalLM(config).float()
 
 
 # --- names -------------------------------------------------------------------------------------

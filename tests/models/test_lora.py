@@ -7,28 +7,13 @@ import sys
 
 import pytest
 import torch
-import transformers
+from tests.models.tiny_qwen2 import tiny_qwen2
 
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, linear_layer_names
 
 pytestmark = pytest.mark.floors
 ADAPTERS = {"r": 2, "alpha": 4.0, "dropout": 0.0}
-
-
-def tiny_qwen2() -> transformers.Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    config = transformers.Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    return transformers.Qwen2ForCausalLM(config).float()
 
 
 def test_all_linear_adapts_every_decoder_projection_and_only_the_adapters_train():
