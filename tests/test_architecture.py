@@ -56,7 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "analysis": {"errors", "figures", "config"},
     "cli": BELOW_TRAINING | {"training", "diagnose", "analysis"},
-    "bench": BELOW_TRAINING | {"training", "diagnose", "cli"},
+    "bench": BELOW_TRAINING | {"training", "diagnose", "cli", "analysis"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

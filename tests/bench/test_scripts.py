@@ -16,6 +16,7 @@ ENTRY_POINTS = [
     "bench_diagnostics",
     "bench_engine",
     "bench_envs",
+    "bench_scaling",
     "make_random_model",
 ]
 
