@@ -201,10 +201,10 @@ def test_an_episode_search_click_select_buy(small_shop):
     assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, False, True)
     assert obs.split("\n")[2:] == [
         'Page: results for "grey cotton shirt" (page 1 of 3, 7 products)',
-        "[P5] Alder grey cotton shirt $25.00",
-        "[P0] Alder red cotton shirt $20.00",
-        "[P1] Alder blue cotton shirt $21.00",
-        "Actions: click[product id], click[next page], click[back to search]",
+        "1. [P5] Alder grey cotton shirt $25.00",
+        "2. [P0] Alder red cotton shirt $20.00",
+        "3. [P1] Alder blue cotton shirt $21.00",
+        "Actions: click[result number or product id], click[next page], click[back to search]",
     ]
     obs = env.step("click[p5]")[0]
     assert obs.split("\n")[2:] == [
@@ -221,6 +221,67 @@ def test_an_episode_search_click_select_buy(small_shop):
     assert (reward, terminated, truncated, info) == (1.0, True, False, {"success": True, "action_valid": True})
     assert obs.endswith("Page: done\nBought [P5] Alder grey cotton shirt (size: m) for $25.00. Score 1.00")
     assert env.num_actions == 4
+
+
+@pytest.mark.parametrize(
+    "click, product",
+    [
+        ("click[P0]", "P0"),  # the id, as WebShop clicks
+        ("click[2]", "P0"),  # the number the page shows
+        ("click[ alder RED  cotton shirt ]", "P0"),  # the exact title, case and spaces aside
+        ("click[1]", "P5"),
+        ("click[3]", "P1"),
+    ],
+)
+def test_a_listed_product_is_clicked_by_id_number_or_title(small_shop, click, product):
+    env = WebShopEnv(path=small_shop, results_per_page=3)
+    env.reset(seed=0)
+    env.step("search[grey cotton shirt]")
+    assert env.parse_action(click) == f"click[{product}]"
+    obs, reward, terminated, truncated, info = env.step(click)
+    assert info["action_valid"] and env.page == "product" and env.product.id == product
+    assert obs.split("\n")[2] == f"Page: product {product}"
+
+
+def test_numbers_count_on_the_shown_page_only(small_shop):
+    env = WebShopEnv(path=small_shop, results_per_page=3)
+    env.reset(seed=0)
+    env.step("search[grey cotton shirt]")
+    for bad in ("click[0]", "click[4]", "click[-1]", "click[Alder pink cotton shirt]", "click[alder grey]"):
+        assert env.parse_action(bad) is None, bad  # off the page, or not a whole shown title
+    obs = env.step("click[next page]")[0]
+    assert obs.split("\n")[3] == "1. [P2] Alder green cotton shirt $22.00"
+    assert env.parse_action("click[1]") == "click[P2]"
+    assert env.parse_action("click[Alder grey cotton shirt]") is None  # listed on page 1, not here
+    env.step("click[next page]")  # the last page shows one product
+    assert env.parse_action("click[1]") == "click[P6]" and env.parse_action("click[2]") is None
+
+
+def test_an_id_wins_over_a_number_and_the_first_of_equal_titles_is_clicked(tmp_path):
+    product = {
+        "title": "Alder red cotton shirt",
+        "type": "shirt",
+        "category": ["clothing", "tops", "shirt"],
+        "attributes": ["red"],
+        "options": {},
+        "price": 10.0,
+    }
+    products = [{**product, "id": "2"}, {**product, "id": "X"}]
+    goals = [
+        {"product": "X", "instruction": "I need a red shirt", "attributes": ["red"], "options": {}, "price_upper": 20}
+    ]
+    env = WebShopEnv(path=shop_file(tmp_path, products, goals))
+    env.reset(seed=0)
+    env.step("search[red shirt]")
+    assert env.parse_action("click[2]") == "click[2]"  # product "2", although "2." numbers product X
+    assert env.parse_action("click[1]") == "click[2]"
+    assert env.parse_action("click[alder red cotton shirt]") == "click[2]"
+
+
+def test_item_count_is_the_number_of_goals(small_shop):
+    env = WebShopEnv(path=small_shop)
+    assert env.item_count == 1
+    assert WebShopEnv().item_count == len(WebShopEnv().goals) == 1000
 
 
 def test_partial_purchase_is_not_a_success(small_shop):

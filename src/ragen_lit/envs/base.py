@@ -70,6 +70,14 @@ class TextEnv(gymnasium.Env[str, str]):
     # episodes of this env at once, in threads, instead of one after another
     steps_wait: ClassVar[bool] = False
 
+    @property
+    def item_count(self) -> int | None:
+        """How many distinct instances the seeds play, for envs that read them from a data set: seed s plays
+        item `s % item_count`, so seeds that agree modulo it are the same task (a warm start that must not
+        see the validation tasks draws its seeds by it: presets/tiny/build.py). None when every seed makes
+        its own instance."""
+        return None
+
     def __init__(
         self,
         *,

@@ -9,8 +9,9 @@ seed s is instruction `s % len(goals)`.
 Pages and the actions each accepts (anything else is an invalid action: state kept, reward 0):
 
 * search page: `search[keywords]`;
-* results page (`results_per_page` products of the ranked list): `click[<product id>]` on a listed
-  product, `click[next page]`, `click[prev page]`, `click[back to search]`;
+* results page (`results_per_page` products of the ranked list, numbered from 1 on each page:
+  `1. [P0042] Alder red cotton shirt $19.99`): `click[<product id>]`, `click[<number>]` or
+  `click[<title>]` on a listed product, `click[next page]`, `click[prev page]`, `click[back to search]`;
 * product page: `click[<option value>]` (or `click[<option>: <value>]`) to select an option,
   `click[back to results]`, `click[back to search]`, and `buy` (also `buy now`, `click[buy now]`),
   which ends the episode with the reward `webshop_reward`.
@@ -19,6 +20,13 @@ As in WebShop, searching is only possible from the search page. Search ranks pro
 score (`search_products`): every distinct query word found in a product's title counts 2, one found
 only in its type, category or attributes counts 1; products scoring 0 are left out, ties go by
 catalog order, and at most `MAX_RESULTS` are listed (WebShop lists the top 50 of a BM25 search).
+
+A listed product is clicked by its id as in WebShop, or by what else the page shows of it: its number
+on the page or its exact title (the first listed one with that title; an id wins over a number).
+WebShop's ids are links a person clicks without reading them; here they are strings a policy must copy,
+and a model trained from scratch (the tiny model) copies a 5-token id off a page far less reliably
+than it writes a one-token number (docs/DEFAULT_RECIPE.md, "The new environments"). Every way of
+clicking lands on the same product page with the same canonical action `click[<product id>]`.
 
 Other differences from WebShop, all for a small offline catalog: no description, features or reviews
 sub-pages (the product page lists the attributes); attributes and options match exactly where WebShop
@@ -252,8 +260,8 @@ class WebShopEnv(TextEnv):
 
     instruction = (
         "You are shopping in a web shop. Find the product that matches the instruction, select its "
-        "options and buy it. Actions: search[keywords] on the search page; click[product id], "
-        "click[next page], click[prev page], click[back to search] on a results page; click[option "
+        "options and buy it. Actions: search[keywords] on the search page; click[result number or product "
+        "id], click[next page], click[prev page], click[back to search] on a results page; click[option "
         "value], click[back to results], click[back to search] and buy on a product page."
     )
     actions = None
@@ -292,14 +300,19 @@ class WebShopEnv(TextEnv):
     def _max_observation_length(self) -> int:
         """An upper bound on every page's length (the observation space's `max_length`)."""
         instruction = max(len(g.instruction) for g in self.goals)
-        result_line = max(len(self._result_line(p)) + 1 for p in self.products)
-        results = 120 + MAX_QUERY_LENGTH + self.results_per_page * result_line
+        number = len(f"{self.results_per_page}. ")
+        result_line = max(len(self._result_line(p)) + 1 for p in self.products) + number
+        results = 200 + MAX_QUERY_LENGTH + self.results_per_page * result_line  # 200: header and actions lines
         longest = [(p, {name: max(values, key=len) for name, values in p.options.items()}) for p in self.products]
         product = max(len(self._product_page(p, selected)) for p, selected in longest)
         done = max(len(self._done_page(p, selected, 1.0)) for p, selected in longest)
         return len(HEADER) + len("\nInstruction: \n") + instruction + max(results, product, done, 200)
 
     # ----------------------------------------------------------------------------- TextEnv hooks
+    @property
+    def item_count(self) -> int:
+        return len(self.goals)
+
     def _new_episode(self, seed: int) -> None:
         self.goal = self.goals[seed % len(self.goals)]
         self._reset_state()
@@ -309,7 +322,8 @@ class WebShopEnv(TextEnv):
         return self.purchase_reward == 1.0
 
     def parse_action(self, text: str) -> str | None:
-        """The canonical action (`search[red cotton shirt]`, `click[P0042]`, `click[size: m]`,
+        """The canonical action (`search[red cotton shirt]`, `click[P0042]` also for `click[1]` or
+        `click[<its title>]`, `click[size: m]`,
         `click[next page]`, `buy`, ...) for `text` if the current page accepts it, else None."""
         if not isinstance(text, str) or self.page == "done":
             return None
@@ -338,8 +352,13 @@ class WebShopEnv(TextEnv):
             return "click[next page]"
         if argument in ("prev page", "prev", "< prev") and self.page_number > 0:
             return "click[prev page]"
-        shown = {self.products[i].id.lower(): self.products[i].id for i in self._shown()}
-        product_id = shown.get(argument)
+        listed = [self.products[i] for i in self._shown()]
+        by_id = {p.id.lower(): p.id for p in listed}
+        by_number = {str(n): p.id for n, p in enumerate(listed, 1)}
+        by_title = {}
+        for p in listed:
+            by_title.setdefault(" ".join(p.title.split()).lower(), p.id)
+        product_id = by_id.get(argument) or by_number.get(argument) or by_title.get(argument)
         return f"click[{product_id}]" if product_id else None
 
     def _parse_product_click(self, argument: str) -> str | None:
@@ -411,8 +430,8 @@ class WebShopEnv(TextEnv):
             f'Page: results for "{self.query}" (page {self.page_number + 1} of {self._page_count()}, '
             f"{len(self.results)} products)"
         ]
-        lines += [self._result_line(self.products[i]) for i in self._shown()]
-        actions = ["click[product id]"]
+        lines += [f"{n}. {self._result_line(self.products[i])}" for n, i in enumerate(self._shown(), 1)]
+        actions = ["click[result number or product id]"]
         if self.page_number + 1 < self._page_count():
             actions.append("click[next page]")
         if self.page_number > 0:

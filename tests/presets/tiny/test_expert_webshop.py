@@ -4,6 +4,7 @@ loop (near 1 without noise, clearly lower with it), and the tiny model's env lis
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -90,19 +91,34 @@ def test_reply_goes_back_when_the_product_lacks_something():
         "Selected: none\nActions: click[option value], click[back to results], click[back to search], buy"
     )
     reasoning, actions = webshop_reply(observation, observation, random.Random(0), epsilon=0.0)
-    assert reasoning == "Wanted: grey cotton shirt. P7 lacks long sleeve, m; back to results."
+    assert reasoning == "Wanted: grey cotton shirt. It lacks long sleeve, m; back to results."
     assert actions == ["click[back to results]"]
 
 
 def test_visited_products_are_skipped_on_the_results_page():
     results = (
         'WebShop\nInstruction: I want a red mug, under $20\nPage: results for "red mug" (page 1 of 1, 2 products)\n'
-        "[P1] Alder red ceramic mug $9.99\n[P2] Lumen red glass mug $12.99\nActions: click[product id], "
-        "click[back to search]"
+        "1. [P1] Alder red ceramic mug $9.99\n2. [P2] Lumen red glass mug $12.99\nActions: click[result number or "
+        "product id], click[back to search]"
     )
     prompt = "State:\nWebShop\nInstruction: I want a red mug, under $20\nPage: product P1\n...\n" + results
-    assert webshop_reply(results, prompt, random.Random(0), 0.0)[1] == ["click[P2]"]
-    assert webshop_reply(results, results, random.Random(0), 0.0)[1] == ["click[P1]"]
+    assert webshop_reply(results, prompt, random.Random(0), 0.0) == (
+        "Wanted: red mug. Result 2 matches the item at $12.99.",
+        ["click[2]"],
+    )
+    assert webshop_reply(results, results, random.Random(0), 0.0)[1] == ["click[1]"]
+
+
+def test_the_expert_clicks_numbers_and_never_writes_an_id(chat):
+    # a number is one token for the tiny model, an id five to copy off the page (expert_webshop.py)
+    _, trajectories = success_rate(chat, epsilon=0.3)
+    replies = [
+        chat.tokenizer.decode(t.token_ids[turn.prompt_end : turn.response_end])
+        for t in trajectories
+        for turn in t.turns
+    ]
+    assert any(re.search(r"click\[\d\]", reply) for reply in replies)
+    assert not any(re.search(r"P\d{4}", reply) for reply in replies)
 
 
 def test_replies_are_well_formed(chat):

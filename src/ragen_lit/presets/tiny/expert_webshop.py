@@ -7,8 +7,12 @@ of the item and whose price is within the limit (else the next page, else the be
 on the product page checks the item, features, options and price, goes back to the results when
 something is missing, otherwise answers with clicks on the wanted option values and `buy` (an
 episode limited to fewer actions per turn drops the rest; the next turn picks up from the page). With
-probability `epsilon` per turn it tries something else and says so ("I try P0107."): a random listed
+probability `epsilon` per turn it tries something else and says so ("I try result 3."): a random listed
 product, or buying without the remaining options; that leaves an imitating policy imperfect.
+
+It clicks a product by its number on the results page (`click[1]`), not by its id, and its reasoning
+names no id: a number is one token to write, an id five to copy off the page, which the tiny model
+learns last (the env accepts either; envs/webshop.py).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ragen_lit.envs.webshop import words
 _INSTRUCTION = re.compile(r"^Instruction: (.*)$", re.MULTILINE)
 _OPENER = re.compile(r"^(?:i need|i want|find me|i am looking for)\s+(?:a pair of|an|a)\s+", re.IGNORECASE)
 _PRICE = re.compile(r"^under \$(\d+(?:\.\d+)?)$")
-_RESULT = re.compile(r"^\[(\w+)\] (.*) \$(\d+\.\d\d)$", re.MULTILINE)
+_RESULT = re.compile(r"^(\d+)\. \[(\w+)\] (.*) \$(\d+\.\d\d)$", re.MULTILINE)
 _VISITED = re.compile(r"^Page: product (\w+)$", re.MULTILINE)
 _FIELD = re.compile(r"^(Price|Attributes|Options|Selected): (.*)$", re.MULTILINE)
 
@@ -75,28 +79,28 @@ def webshop_reply(observation: str, prompt: str, rng: random.Random, epsilon: fl
 def _results_turn(
     observation: str, prompt: str, wish: Wish, text: str, rng: random.Random, epsilon: float
 ) -> tuple[str, list[str]]:
-    listed = [(pid, title, float(price)) for pid, title, price in _RESULT.findall(observation)]
+    listed = [(number, pid, title, float(price)) for number, pid, title, price in _RESULT.findall(observation)]
     if not listed:
         return text + " No results; back to search.", ["click[back to search]"]
     if rng.random() < epsilon:
-        pid = rng.choice(listed)[0]
-        return text + f" I try {pid}.", [f"click[{pid}]"]
+        number = rng.choice(listed)[0]
+        return text + f" I try result {number}.", [f"click[{number}]"]
     visited = set(_VISITED.findall(prompt))
     wanted = set(words(wish.item))
 
     def matched(title: str) -> int:
         return len(wanted & set(words(title)))
 
-    fresh = [(pid, title, price) for pid, title, price in listed if pid not in visited]
-    full = [(pid, price) for pid, title, price in fresh if matched(title) == len(wanted) and price <= wish.price_limit]
+    fresh = [entry for entry in listed if entry[1] not in visited]
+    full = [entry for entry in fresh if matched(entry[2]) == len(wanted) and entry[3] <= wish.price_limit]
     if full:
-        pid, price = full[0]
-        return text + f" {pid} matches the item at ${price:.2f}.", [f"click[{pid}]"]
+        number, _, _, price = full[0]
+        return text + f" Result {number} matches the item at ${price:.2f}.", [f"click[{number}]"]
     if "click[next page]" in observation:
         return text + " No new match on this page; next page.", ["click[next page]"]
     if fresh:
-        pid = max(fresh, key=lambda entry: matched(entry[1]))[0]
-        return text + f" No full match; {pid} is the closest.", [f"click[{pid}]"]
+        number = max(fresh, key=lambda entry: matched(entry[2]))[0]
+        return text + f" No full match; result {number} is the closest.", [f"click[{number}]"]
     return text + " Every listed product was visited; back to search.", ["click[back to search]"]
 
 
@@ -116,14 +120,14 @@ def _product_turn(
     if price > wish.price_limit:
         missing.append(f"a price within ${wish.price_limit:.0f}")
     if missing:
-        return text + f" {pid} lacks {', '.join(missing)}; back to results.", ["click[back to results]"]
+        return text + f" It lacks {', '.join(missing)}; back to results.", ["click[back to results]"]
     todo = [(name, value) for name, value in wish.options.items() if f"{name}: {value}" not in selected]
     if rng.random() < epsilon:
         if todo or not available:
-            return text + f" {pid} fits; I try buying it as it is.", ["buy"]
+            return text + " It fits; I try buying it as it is.", ["buy"]
         value = rng.choice(sorted(available))
-        return text + f" {pid} fits; I try {value}.", [f"click[{value}]"]
+        return text + f" It fits; I try {value}.", [f"click[{value}]"]
     if todo:
         chosen = " and ".join(f"{name} {value}" for name, value in todo)
-        return text + f" {pid} fits; I select {chosen}, then buy.", [*(f"click[{value}]" for _, value in todo), "buy"]
-    return text + f" {pid} fits with every option selected; I buy it.", ["buy"]
+        return text + f" It fits; I select {chosen}, then buy.", [*(f"click[{value}]" for _, value in todo), "buy"]
+    return text + " It fits with every option selected; I buy it.", ["buy"]
