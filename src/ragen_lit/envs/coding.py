@@ -361,6 +361,10 @@ class CodingEnv(TextEnv):
         return extract_program(text)
 
     # ----------------------------------------------------------------------------- TextEnv hooks
+    @property
+    def item_count(self) -> int:
+        return len(self.problems)
+
     def _new_episode(self, seed: int) -> None:
         self.problem = self.problems[seed % len(self.problems)]
         self.best_fraction = 0.0

@@ -250,6 +250,12 @@ class CountdownEnv(TextEnv):
         return env
 
     # ----------------------------------------------------------------------------- TextEnv hooks
+    @property
+    def item_count(self) -> int | None:
+        if self._fixed_instance is not None:
+            return 1
+        return len(self.instances) if self.instances is not None else None
+
     def _new_episode(self, seed: int) -> None:
         if self._fixed_instance is not None:
             numbers, self.target = self._fixed_instance

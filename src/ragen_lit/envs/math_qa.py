@@ -111,6 +111,10 @@ class MathQAEnv(TextEnv):
         return self.max_actions_per_episode
 
     # ----------------------------------------------------------------------------- TextEnv hooks
+    @property
+    def item_count(self) -> int:
+        return len(self.questions)
+
     def _new_episode(self, seed: int) -> None:
         self.question, self.gold_answer = self.questions[seed % len(self.questions)]
         self._solved = False

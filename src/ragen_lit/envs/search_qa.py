@@ -281,6 +281,10 @@ class SearchQAEnv(TextEnv):
         return f"{match.group(1).lower()}[{' '.join(match.group(2).split())}]"
 
     # ----------------------------------------------------------------------------- TextEnv hooks
+    @property
+    def item_count(self) -> int:
+        return len(self.data.questions)
+
     def _new_episode(self, seed: int) -> None:
         self.question, self.gold_answers = self.data.questions[seed % len(self.data.questions)]
         self.searches_left = self.max_searches

@@ -40,7 +40,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +52,11 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.agent.trajectory import Trajectory
-from ragen_lit.config import Config
+from ragen_lit.config import Config, ValidationConfig
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.envs import make_env
+from ragen_lit.errors import ConfigError
 from ragen_lit.presets.cache import default_cache_dir, discard_folder
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.presets.tiny.sft import supervised_finetune
@@ -70,6 +71,7 @@ BUILD_INFO = "tiny_build.json"
 # Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
 CORPUS_SEED = 5_000_000
 SFT_SEED = 6_000_000
+VALIDATION_SEED = ValidationConfig().seed  # the first validation seed of `fit` and of the build
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,11 @@ class TinyRecipe:
         return tuple(EnvSetup(name) for name in TINY_ENVS) + tuple(
             e for e in self.extra_envs if e.name not in TINY_ENVS
         )
+
+    def held_out_seeds(self) -> range:
+        """The validation seeds whose tasks the tokenizer corpus and the SFT never show: the build's own
+        (`val_envs`) and `fit`'s default ones (`validation.num_envs`), whichever reach further."""
+        return range(VALIDATION_SEED, VALIDATION_SEED + max(self.val_envs, ValidationConfig().num_envs))
 
     def envs(self) -> tuple[str, ...]:
         return tuple(setup.name for setup in self.setups())
@@ -239,7 +246,9 @@ def _build(folder: Path, recipe: TinyRecipe) -> dict:
         chat = ChatFormat(tokenizer)
         expert = ExpertEngine(tokenizer, epsilon=recipe.epsilon, seed=recipe.seed)
         episodes = {
-            setup.name: expert_episodes(expert, chat, setup, SFT_SEED, recipe.sft_episode_count(setup.name))
+            setup.name: expert_episodes(
+                expert, chat, setup, SFT_SEED, recipe.sft_episode_count(setup.name), held_out=recipe.held_out_seeds()
+            )
             for setup in recipe.setups()
         }
         lake = episodes["frozenlake"]
@@ -315,7 +324,10 @@ def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
     texts = []
     for setup in recipe.setups():
         count = recipe.corpus_episodes if setup.name == "frozenlake" else max(1, recipe.corpus_episodes // 4)
-        for trajectory in expert_episodes(expert, chat, setup, CORPUS_SEED, count, max_new_tokens=1024):
+        episodes = expert_episodes(
+            expert, chat, setup, CORPUS_SEED, count, max_new_tokens=1024, held_out=recipe.held_out_seeds()
+        )
+        for trajectory in episodes:
             texts.append(tokenizer.decode(trajectory.token_ids, skip_special_tokens=False))
     return texts
 
@@ -327,15 +339,42 @@ def expert_episodes(
     first_seed: int,
     count: int,
     max_new_tokens: int | None = None,
+    held_out: Sequence[int] = (),
 ) -> list[Trajectory]:
-    """`count` expert episodes of `setup`'s env, options and limits (`max_new_tokens` overrides its reply budget)."""
+    """`count` expert episodes of `setup`'s env, options and limits (`max_new_tokens` overrides its reply budget),
+    on the seeds `episode_seeds` draws from `first_seed` on, none playing the task of a `held_out` seed."""
     if count <= 0:
         return []
-    seeds = list(range(first_seed, first_seed + count))
+    seeds = episode_seeds(setup.make_env().item_count, first_seed, count, held_out)
     limits = setup.limits()
     if max_new_tokens is not None:
         limits = dataclasses.replace(limits, max_new_tokens=max_new_tokens)
     return rollout(expert, setup.make_env, seeds, seeds, chat, limits, SamplingParams())
+
+
+def episode_seeds(item_count: int | None, first_seed: int, count: int, held_out: Sequence[int] = ()) -> list[int]:
+    """`count` seeds from `first_seed` upwards, skipping those that play the same task as a `held_out` seed.
+
+    An env that reads its tasks from a data set plays item `seed % item_count` (`TextEnv.item_count`), so
+    seed 6,000,123 is validation seed 123's task when there are 1,000 items: warm-start episodes on it
+    would let validation measure recall. Envs that generate every instance from its seed (`item_count`
+    None) get `first_seed, first_seed + 1, ...` as they are; so does any env whose first `count` seeds
+    miss the held-out items already (the four envs of the shipped model, whose build this leaves as it was).
+    """
+    if item_count is None:
+        return list(range(first_seed, first_seed + count))
+    blocked = {seed % item_count for seed in held_out}
+    if len(blocked) >= item_count:
+        raise ConfigError(
+            f"every one of the env's {item_count} tasks is a validation task of seeds {held_out}: "
+            "nothing left to train on"
+        )
+    seeds, seed = [], first_seed
+    while len(seeds) < count:
+        if seed % item_count not in blocked:
+            seeds.append(seed)
+        seed += 1
+    return seeds
 
 
 def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
@@ -360,7 +399,7 @@ def validation_success(
 ) -> float:
     """Success rate of `model` on the validation seeds 123.. of `setup`'s env, one rollout each (as `fit`
     validates with that setup's config, `validation.num_envs=recipe.val_envs`)."""
-    seeds = list(range(123, 123 + recipe.val_envs))
+    seeds = list(range(VALIDATION_SEED, VALIDATION_SEED + recipe.val_envs))
     engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id)
     sampling = SamplingParams(temperature=recipe.val_temperature, seed=recipe.seed)
     trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits(), sampling)
