@@ -13,9 +13,9 @@ import typing
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
-from ragen_lit.diagnose import DiagnoseOptions, flag
+from ragen_lit.diagnose import DiagnoseOptions
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import field_docs
+from ragen_lit.typed_fields import field_docs, flag
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
