@@ -38,7 +38,8 @@ def expert_loss(folder: str, options: list[str]) -> float:
 def test_warm_start_writes_a_model_fit_can_load_and_its_record(tmp_path, capsys):
     out = tmp_path / "warm"
     overrides = ["trainer.accelerator=cpu", "rollout.max_turns=3"]
-    assert main(["warm-start", "--config", CONF, "--out", str(out), *CHEAP, *overrides]) == 0
+    # overrides before and after the flags, as for fit
+    assert main(["warm-start", "--config", CONF, overrides[0], "--out", str(out), *CHEAP, overrides[1]]) == 0
     printed = capsys.readouterr().out
     assert f"model.name=hf model.path={out}" in printed and "rollout.max_turns=3" in printed
 

@@ -377,7 +377,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration with final success (Fig. 8)",
     )
     p_cmp.set_defaults(func=_compare_command)
-    args = parser.parse_args(argv)
+    # argparse takes one run of positionals: `key=value` words after a flag (`... --out DIR env.options.size=5`)
+    # come back unknown, and are overrides like the ones before it
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if hasattr(args, "overrides") and all("=" in word and not word.startswith("-") for word in unknown):
+            args.overrides = [*args.overrides, *unknown]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return args.func(args)
