@@ -54,8 +54,10 @@ ALLOWED: dict[str, set[str]] = {
         "logprobs",
         "parallel.collectives",
     },
+    # the package's own __init__ for its version
+    "warm_start": {"__init__", "errors", "typed_fields", "config", "agent", "engines", "envs", "models", "presets"},
     "analysis": {"errors", "figures", "config"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis"},
+    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start"},
     "bench": BELOW_TRAINING | {"training", "diagnose", "cli", "analysis"},
     "__main__": {"cli"},
     "__init__": {"envs"},

@@ -1,4 +1,4 @@
-"""`python -m ragen_lit <command>`: fit, sweep, compare, diagnose, export, config.
+"""`python -m ragen_lit <command>`: fit, warm-start, sweep, compare, diagnose, export, config.
 
 User mistakes end with one clear line."""
 
@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import sys
 import time
 import typing
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
-from ragen_lit.diagnose import DiagnoseOptions, flag
+from ragen_lit.diagnose import DiagnoseOptions
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import field_docs
+from ragen_lit.typed_fields import field_docs, flag
+from ragen_lit.warm_start import RECORD, WarmStartOptions
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -248,6 +250,35 @@ def _export_command(args) -> int:
     return 0
 
 
+def _warm_start_command(args) -> int:
+    from ragen_lit.training.console import quiet_third_party
+    from ragen_lit.warm_start import warm_start
+
+    quiet_third_party()
+    cfg = load_config(args.config, list(args.overrides))
+    preflight(cfg, open_store=False)  # the checks `fit` makes first: a model path, the env's options, the device
+    options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
+    record = warm_start(cfg, options)
+    out = str(Path(options.out).expanduser().resolve())
+    print(f"warm-started {record['source_model']} written to {out} (record: {out}/{RECORD})")
+    print("continue with RL:\n  " + continue_command(args.config, args.overrides, out))
+    if record["device"].startswith("cuda") and cfg.model.dtype != "float32":
+        print(
+            "  on a GPU, add model.dtype=float32 trainer.precision=bf16-mixed: a real LM's RL step rounds away in "
+            "bfloat16 weights (README, Precision)"
+        )
+    return 0
+
+
+def continue_command(config: str | None, overrides: list[str], folder: str) -> str:
+    """The `fit` command that trains the warm-started model in `folder` on the same config and overrides: the model
+    overrides (`model=...`, `model.name`, `model.path`) are replaced by `model.name=hf model.path=<folder>`."""
+    replaced = ("model=", "model.name=", "model.path=")
+    kept = [o for o in overrides if not o.startswith(replaced)]
+    words = ["python", "-m", "ragen_lit", "fit", *(["--config", config] if config else []), *kept]
+    return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
+
+
 def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
     """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
     docs, types = field_docs(options), typing.get_type_hints(options)
@@ -259,6 +290,8 @@ def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
             kwargs["default"] = f.default
         if int in (types[f.name], *typing.get_args(types[f.name])):
             kwargs["type"] = int
+        elif float in (types[f.name], *typing.get_args(types[f.name])):
+            kwargs["type"] = float
         parser.add_argument(flag(f.name), **kwargs)
 
 
@@ -288,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_fit.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset for algo/model")
     p_fit.set_defaults(func=_fit_command)
+    p_warm = sub.add_parser(
+        "warm-start",
+        help="fine-tune the config's model on the scripted expert's episodes of its env, as a start for fit",
+    )
+    p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
+    _add_option_flags(p_warm, WarmStartOptions)
+    p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")
+    p_warm.set_defaults(func=_warm_start_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
     p_cfg.add_argument("--config")
     p_cfg.add_argument("--header", help="first line of the YAML (the command that runs it)")
@@ -336,7 +377,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration with final success (Fig. 8)",
     )
     p_cmp.set_defaults(func=_compare_command)
-    args = parser.parse_args(argv)
+    # argparse takes one run of positionals: `key=value` words after a flag (`... --out DIR env.options.size=5`)
+    # come back unknown, and are overrides like the ones before it
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if hasattr(args, "overrides") and all("=" in word and not word.startswith("-") for word in unknown):
+            args.overrides = [*args.overrides, *unknown]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return args.func(args)

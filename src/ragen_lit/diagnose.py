@@ -42,7 +42,7 @@ from pathlib import Path
 
 from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
 from ragen_lit.config import MODEL_PRESETS, ConfigError, DiagnosticsConfig, ModelConfig
-from ragen_lit.typed_fields import check_fields, checked
+from ragen_lit.typed_fields import check_fields, checked, flag
 
 DTYPES = ("float32", "bfloat16")  # the names of `models.DTYPES` that --dtype accepts
 _LINES_SHOWN = 3  # line numbers quoted per skip reason
@@ -69,11 +69,6 @@ class DiagnoseOptions:
     """seed of the --max-rows subsample"""
     device: str = "auto"
     """auto (cuda if available) | cpu | cuda | cuda:1 ..."""
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a `DiagnoseOptions` field."""
-    return "--" + name.replace("_", "-")
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Dataclass fields that carry their own documentation and checks, shared by the training config and the
-`diagnose` options: a field's doc is the string literal right under it (an attribute docstring, as in litgpt),
-its checks sit in its `checked(...)` default, and `check_fields` applies them with one-line errors.
+`diagnose` and `warm-start` options: a field's doc is the string literal right under it (an attribute docstring,
+as in litgpt), its checks sit in its `checked(...)` default, `check_fields` applies them with one-line errors,
+and `flag` names a field on the command line.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an options dataclass's field (`max_rows` -> `--max-rows`)."""
+    return "--" + name.replace("_", "-")
 
 
 def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:

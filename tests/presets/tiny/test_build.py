@@ -165,7 +165,8 @@ def test_a_good_first_attempt_is_not_retried(tmp_path):
 
 
 def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
-    from ragen_lit.presets.tiny.build import EnvSetup, same_recipe, tokenizer_corpus
+    from ragen_lit.presets.expert_episodes import EnvSetup
+    from ragen_lit.presets.tiny.build import same_recipe, tokenizer_corpus
 
     search = EnvSetup("search_qa", {"max_searches": 2}, max_turns=3, max_actions_per_turn=1)
     recipe = dataclasses.replace(SMALL, corpus_episodes=4, extra_envs=(search,))
@@ -191,21 +192,3 @@ def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
     assert same_recipe(recorded, recipe) and not same_recipe(recorded, SMALL)
     legacy = {k: v for k, v in dataclasses.asdict(SMALL).items() if k != "extra_envs"}
     assert same_recipe(legacy, SMALL) and not same_recipe(legacy, recipe) and not same_recipe(None, SMALL)
-
-
-def test_an_extra_env_is_set_up_as_its_config_plays_it():
-    from ragen_lit.config import load_config
-    from ragen_lit.presets.tiny.build import EnvSetup
-
-    cfg = load_config(None, ["env.name=coding", "env.options={max_attempts: 2}", "rollout.max_new_tokens=256"])
-    setup = EnvSetup.from_config(cfg)
-    assert setup.name == "coding" and setup.options == {"max_attempts": 2}
-    assert setup.limits() == EpisodeLimits(
-        cfg.rollout.max_turns,
-        cfg.rollout.max_actions_per_turn,
-        cfg.rollout.max_actions_per_episode,
-        256,
-        cfg.rollout.max_context_tokens,
-    )
-    assert setup.make_env().max_attempts == 2
-    assert EnvSetup("frozenlake").limits() == EpisodeLimits()  # the built-in envs keep the default limits

@@ -8,7 +8,8 @@ import pytest
 
 from ragen_lit.envs import make_env
 from ragen_lit.errors import ConfigError
-from ragen_lit.presets.tiny.build import CORPUS_SEED, SFT_SEED, EnvSetup, TinyRecipe, episode_seeds
+from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, episode_seeds
+from ragen_lit.presets.tiny.build import CORPUS_SEED, TinyRecipe
 
 
 def test_seeds_of_held_out_items_are_skipped():

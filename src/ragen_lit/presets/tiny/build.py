@@ -8,7 +8,7 @@ Steps (all deterministic given `TinyRecipe.seed` and the thread count):
    with the trained tokenizer: multi-turn FrozenLake episodes with the project's default limits plus
    a few episodes of the other envs (and of `TinyRecipe.extra_envs`, each with the options and limits
    `fit` plays it with), giving token ids and loss masks exactly as RL will see them;
-3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`tiny/sft.py`);
+3. initialise a small causal LM from the seed and fine-tune it on those trajectories (`presets/sft.py`);
 4. measure validation success (FrozenLake 4x4, p=0.8, seeds 123.., temperature 0.5) with the
    transformers engine; below `min_val_success`, redo step 3 from the next seed (at most
    `max_attempts` in all); measure the kept model on each extra env the same way, then save model +
@@ -40,26 +40,23 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from filelock import FileLock
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.agent.rollout import EpisodeLimits, rollout
-from ragen_lit.agent.trajectory import Trajectory
-from ragen_lit.config import Config, ValidationConfig
+from ragen_lit.agent.rollout import rollout
+from ragen_lit.config import ValidationConfig
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
-from ragen_lit.envs import make_env
-from ragen_lit.errors import ConfigError
 from ragen_lit.presets.cache import default_cache_dir, discard_folder
+from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
+from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
-from ragen_lit.presets.tiny.sft import supervised_finetune
 from ragen_lit.presets.tiny.tokenizer import byte_tokenizer, train_tokenizer
 
 FOLDER_NAME = "tiny-v1"
@@ -68,50 +65,10 @@ FOLDER_NAME = "tiny-v1"
 # `TinyRecipe.extra_envs` adds others to a build of your own.
 TINY_ENVS = ("countdown", "frozenlake", "mathqa", "sokoban")
 BUILD_INFO = "tiny_build.json"
-# Seeds far from validation (123..634) and RL training (10000 + 8 * iteration + group).
+LAKE = EnvSetup("frozenlake")  # the env validation measures by default: FrozenLake as `fit` plays it by default
+# Far from validation (123..634) and RL training (10000 + 8 * iteration + group), like `SFT_SEED`.
 CORPUS_SEED = 5_000_000
-SFT_SEED = 6_000_000
 VALIDATION_SEED = ValidationConfig().seed  # the first validation seed of `fit` and of the build
-
-
-@dataclass(frozen=True)
-class EnvSetup:
-    """An env as `fit` plays it: its constructor options and episode limits (`conf/<env>.yaml` has them). The
-    expert's episodes of an extra env use the same ones, so the model imitates the prompts RL will show it
-    (attempts, searches and actions per turn are stated in them) at the reply length RL allows."""
-
-    name: str
-    options: dict[str, Any] = field(default_factory=dict)
-    max_turns: int = EpisodeLimits.max_turns
-    max_actions_per_turn: int = EpisodeLimits.max_actions_per_turn
-    max_actions_per_episode: int = EpisodeLimits.max_actions_per_episode
-    max_new_tokens: int = EpisodeLimits.max_new_tokens
-    max_context_tokens: int = EpisodeLimits.max_context_tokens
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> EnvSetup:
-        r = cfg.rollout
-        return cls(
-            cfg.env.name,
-            dict(cfg.env.options),
-            r.max_turns,
-            r.max_actions_per_turn,
-            r.max_actions_per_episode,
-            r.max_new_tokens,
-            r.max_context_tokens,
-        )
-
-    def make_env(self):
-        return make_env(self.name, **self.options)
-
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(
-            self.max_turns,
-            self.max_actions_per_turn,
-            self.max_actions_per_episode,
-            self.max_new_tokens,
-            self.max_context_tokens,
-        )
 
 
 @dataclass(frozen=True)
@@ -332,51 +289,6 @@ def tokenizer_corpus(recipe: TinyRecipe) -> list[str]:
     return texts
 
 
-def expert_episodes(
-    expert: ExpertEngine,
-    chat: ChatFormat,
-    setup: EnvSetup,
-    first_seed: int,
-    count: int,
-    max_new_tokens: int | None = None,
-    held_out: Sequence[int] = (),
-) -> list[Trajectory]:
-    """`count` expert episodes of `setup`'s env, options and limits (`max_new_tokens` overrides its reply budget),
-    on the seeds `episode_seeds` draws from `first_seed` on, none playing the task of a `held_out` seed."""
-    if count <= 0:
-        return []
-    seeds = episode_seeds(setup.make_env().item_count, first_seed, count, held_out)
-    limits = setup.limits()
-    if max_new_tokens is not None:
-        limits = dataclasses.replace(limits, max_new_tokens=max_new_tokens)
-    return rollout(expert, setup.make_env, seeds, seeds, chat, limits, SamplingParams())
-
-
-def episode_seeds(item_count: int | None, first_seed: int, count: int, held_out: Sequence[int] = ()) -> list[int]:
-    """`count` seeds from `first_seed` upwards, skipping those that play the same task as a `held_out` seed.
-
-    An env that reads its tasks from a data set plays item `seed % item_count` (`TextEnv.item_count`), so
-    seed 6,000,123 is validation seed 123's task when there are 1,000 items: warm-start episodes on it
-    would let validation measure recall. Envs that generate every instance from its seed (`item_count`
-    None) get `first_seed, first_seed + 1, ...` as they are; so does any env whose first `count` seeds
-    miss the held-out items already (the four envs of the shipped model, whose build this leaves as it was).
-    """
-    if item_count is None:
-        return list(range(first_seed, first_seed + count))
-    blocked = {seed % item_count for seed in held_out}
-    if len(blocked) >= item_count:
-        raise ConfigError(
-            f"every one of the env's {item_count} tasks is a validation task of seeds {held_out}: "
-            "nothing left to train on"
-        )
-    seeds, seed = [], first_seed
-    while len(seeds) < count:
-        if seed % item_count not in blocked:
-            seeds.append(seed)
-        seed += 1
-    return seeds
-
-
 def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
     return Qwen3Config(
         vocab_size=len(tokenizer),
@@ -394,9 +306,7 @@ def model_config(recipe: TinyRecipe, tokenizer) -> Qwen3Config:
     )
 
 
-def validation_success(
-    model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, setup: EnvSetup = EnvSetup("frozenlake")
-) -> float:
+def validation_success(model: torch.nn.Module, chat: ChatFormat, recipe: TinyRecipe, setup: EnvSetup = LAKE) -> float:
     """Success rate of `model` on the validation seeds 123.. of `setup`'s env, one rollout each (as `fit`
     validates with that setup's config, `validation.num_envs=recipe.val_envs`)."""
     seeds = list(range(VALIDATION_SEED, VALIDATION_SEED + recipe.val_envs))

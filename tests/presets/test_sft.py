@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ragen_lit.agent.trajectory import Trajectory
-from ragen_lit.presets.tiny.sft import length_grouped_batches, sft_batch, sft_loss, supervised_finetune
+from ragen_lit.presets.sft import length_grouped_batches, sft_batch, sft_loss, supervised_finetune
 
 PAD = 0
 

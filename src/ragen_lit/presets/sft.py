@@ -1,5 +1,6 @@
 """Supervised warm start on trajectories: next-token cross-entropy on the sampled (assistant) tokens,
-plus an auxiliary language-modelling loss on the context (prompt and environment) tokens.
+plus an auxiliary language-modelling loss on the context (prompt and environment) tokens. It trains the
+tiny model from scratch (`tiny/build.py`) and warm-starts any causal LM (`presets/warm_start.py`).
 
 The batches are the rollout's own `token_ids` and `loss_mask`, so the model learns exactly the token
 layout RL later samples and scores. The context tokens are largely predictable: grid rows follow from
@@ -8,14 +9,18 @@ new player cell is where the previous answer said it would lead. Scoring them to
 `context_weight`) teaches a small model trained from scratch to read the board, copy and track
 positions much sooner than the assistant tokens alone: on the tiny model, with the same number of
 SFT steps, FrozenLake validation success went from ~17% to ~44%. RL never trains on these tokens.
+A pretrained LM reads the board already and trains on the sampled tokens alone (`context_weight = 0`).
 Sequences are grouped by length before batching so that padding stays small.
+
+The batches go to the model's device. The parameters stay in the model's dtype: train in float32 (AdamW's
+small updates round away in bfloat16 parameters) and, on a GPU, compute in bfloat16 with `autocast_dtype`.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,9 +38,11 @@ class SFTBatch:
     sampled: torch.Tensor
 
 
-def sft_batch(trajectories: Sequence[Trajectory], pad_token_id: int) -> SFTBatch:
-    """Stack `trajectories` into one right-padded `SFTBatch`."""
-    return SFTBatch(*pad_trajectories(trajectories, pad_token_id))
+def sft_batch(
+    trajectories: Sequence[Trajectory], pad_token_id: int, device: torch.device | str | None = None
+) -> SFTBatch:
+    """Stack `trajectories` into one right-padded `SFTBatch` on `device` (default: the CPU)."""
+    return SFTBatch(*(tensor.to(device) for tensor in pad_trajectories(trajectories, pad_token_id)))
 
 
 def sft_loss(model: torch.nn.Module, batch: SFTBatch, context_weight: float = 0.0) -> torch.Tensor:
@@ -76,9 +83,13 @@ def supervised_finetune(
     seed: int,
     context_weight: float = 0.0,
     warmup_steps: int = 10,
+    autocast_dtype: torch.dtype | None = None,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train `model` in place for `steps` AdamW steps (linear warm-up, cosine decay to 10%) over
-    `trajectories` (cycled in length-grouped batches); returns the loss of every step."""
+    `trajectories` (cycled in length-grouped batches) on the device of its parameters, the forward under
+    `torch.autocast(autocast_dtype)` when one is given; returns the loss of every step. `on_step(step, loss)`
+    is called after each step (step counts from 1)."""
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got steps={steps}, batch_size={batch_size}")
     if not trajectories:
@@ -98,16 +109,21 @@ def supervised_finetune(
     lengths = [len(t.token_ids) for t in trajectories]
     batches: list[list[int]] = []
     losses = []
+    device = next(model.parameters()).device
     model.train()
-    for _ in range(steps):
+    for step in range(steps):
         if not batches:
             batches = length_grouped_batches(lengths, batch_size, rng)
-        loss = sft_loss(model, sft_batch([trajectories[i] for i in batches.pop()], pad_token_id), context_weight)
+        batch = sft_batch([trajectories[i] for i in batches.pop()], pad_token_id, device)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = sft_loss(model, batch, context_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(step + 1, losses[-1])
     model.eval()
     return losses
