@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from ragen_lit.config import LoraConfig, ModelConfig
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, load_tokenizer
+from ragen_lit.models.folders import empty_target, write_model_folder
 from ragen_lit.presets import resolve_model_path
 
 POLICY_PREFIX = "policy."
@@ -213,27 +213,11 @@ def export_run(source: str, out: str) -> Path:
     config, safetensors weights (in the checkpoint's dtype), tokenizer with its chat template, generation config,
     and `ragen_lit_export.json` (which checkpoint, which base model). The folder is written beside `out` and
     renamed into place, so an interrupted export leaves no half folder. Returns `out`."""
-    target = Path(out).expanduser().resolve()
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
-        raise ConfigError(f"--out {out!r}: already exists and is not an empty folder; give a new or empty folder")
+    target = empty_target(out)
     trained = load_trained_policy(source, None, "RUN")
     trained.policy.generation_config = _generation_config(trained.base, trained.policy.config)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as err:
-        raise ConfigError(f"--out {out!r}: cannot create a folder there ({err.strerror or err})") from None
-    try:
-        trained.policy.save_pretrained(staging)
-        trained.tokenizer.save_pretrained(staging)
-        info = {"checkpoint": str(trained.checkpoint), "base_model": trained.base, **trained.progress}
-        (staging / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
-        if target.exists():
-            target.rmdir()
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    info = {"checkpoint": str(trained.checkpoint), "base_model": trained.base, **trained.progress}
+    write_model_folder(target, trained.policy, trained.tokenizer, EXPORT_INFO, info)
     return target
 
 

@@ -25,10 +25,7 @@ Full fine-tuning whatever `model.lora` says; the device follows `trainer.acceler
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -44,6 +41,7 @@ from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import load_policy, load_tokenizer
+from ragen_lit.models.folders import empty_target, write_model_folder
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
@@ -117,7 +115,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
     """Fine-tune `cfg`'s model on the expert's episodes of `cfg`'s env and write it to `options.out` (see the
     module docstring); returns the record written beside the weights."""
     check_fields(options, flag)
-    target = _empty_target(options.out)
+    target = empty_target(options.out)
     device = training_device(cfg.trainer.accelerator)
     started = time.perf_counter()
     if cfg.trainer.threads:
@@ -185,7 +183,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
         "seconds": round(time.perf_counter() - started, 1),
         "ragen_lit": {"version": __version__, "commit": _source_commit()},
     }
-    _write(target, model, tokenizer, record)
+    write_model_folder(target, model, tokenizer, RECORD, record)
     return record
 
 
@@ -232,33 +230,6 @@ def _validate(
         trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits(), sampling)
     engine.release()
     return Validation.of(trajectories)
-
-
-def _empty_target(out: str) -> Path:
-    """`out` as an absolute path, if it is new or an empty folder (checked before any work)."""
-    target = Path(out).expanduser().resolve()
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
-        raise ConfigError(f"--out {out!r}: already exists and is not an empty folder; give a new or empty folder")
-    return target
-
-
-def _write(target: Path, model: torch.nn.Module, tokenizer, record: dict) -> None:
-    """Model, tokenizer and record, written in a sibling folder renamed into place (no half-written folder)."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as err:
-        raise ConfigError(f"--out {str(target)!r}: cannot create a folder there ({err.strerror or err})") from None
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        if target.exists():
-            target.rmdir()
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _source_commit() -> str | None:
