@@ -25,3 +25,18 @@ def test_paper_learning_rate_on_a_bfloat16_init_stalls_nearly_everything():
     w = (torch.randn(10_000) * 0.02).to(torch.bfloat16)
     assert stalled_update_fraction([w], 1e-6) > 0.95
     assert stalled_update_fraction([w.float()], 1e-6) == 0.0
+
+
+def test_the_warning_names_the_model_its_dtype_the_key_and_the_fix_and_stays_quiet_below_half():
+    from ragen_lit.models.precision import stalled_update_warning
+
+    model = torch.nn.Linear(100, 100).to(torch.bfloat16)
+    torch.nn.init.constant_(model.weight, 0.02)  # 0.02 in bfloat16 is spaced ~1.2e-4 apart
+    torch.nn.init.constant_(model.bias, 0.02)
+    message = stalled_update_warning(model, 1e-6, "critic", "critic_lr")
+    assert message == (
+        "the critic's weights are bfloat16: an AdamW step of optim.critic_lr=1e-06 leaves 100% of them unchanged "
+        "(it rounds away); train float32 weights with bf16 compute: model.dtype=float32 trainer.precision=bf16-mixed"
+    )
+    assert stalled_update_warning(model, 1e-3, "critic", "critic_lr") is None  # a step above the spacing moves them
+    assert stalled_update_warning(model.float(), 1e-6, "critic", "critic_lr") is None

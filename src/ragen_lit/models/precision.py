@@ -13,6 +13,8 @@ from collections.abc import Iterable
 import torch
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+# `stalled_update_warning` speaks when an optimizer step leaves more than this share of the weights unchanged
+STALLED_UPDATE_WARNING = 0.5
 
 
 @torch.no_grad()
@@ -27,3 +29,19 @@ def stalled_update_fraction(params: Iterable[torch.Tensor], step: float) -> floa
         if local.dtype in LOW_PRECISION:
             stalled += int(((local.float() + step).to(local.dtype) == local).sum())
     return stalled / total if total else 0.0
+
+
+def stalled_update_warning(model: torch.nn.Module, lr: float, role: str, key: str) -> str | None:
+    """The warning for `model` (the `role` in a run, trained at learning rate `lr` set by `optim.<key>`) when an
+    AdamW step of that size leaves more than `STALLED_UPDATE_WARNING` of its trainable weights unchanged, naming
+    the fix; None otherwise."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    fraction = stalled_update_fraction(trainable, lr)
+    if fraction <= STALLED_UPDATE_WARNING:
+        return None
+    dtype = str(trainable[0].dtype).removeprefix("torch.")
+    return (
+        f"the {role}'s weights are {dtype}: an AdamW step of optim.{key}={lr:g} leaves {100 * fraction:.0f}% of them "
+        "unchanged (it rounds away); train float32 weights with bf16 compute: model.dtype=float32 "
+        "trainer.precision=bf16-mixed"
+    )

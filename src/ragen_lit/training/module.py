@@ -20,7 +20,6 @@ shards after updates.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import logging
 import math
@@ -36,7 +35,6 @@ from ragen_lit.algos import (
     estimate_advantages,
     lr_factor,
     scale_by_keep_rate,
-    uses_critic,
     value_loss,
 )
 from ragen_lit.config import Config
@@ -44,17 +42,16 @@ from ragen_lit.errors import ConfigError
 from ragen_lit.logprobs import mean_abs_logprob_diff, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import apply_lora, compile_layers, load_critic, load_policy, load_tokenizer
-from ragen_lit.models.precision import stalled_update_fraction
+from ragen_lit.models import compile_layers, load_tokenizer
+from ragen_lit.models.precision import stalled_update_warning
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, select_rows
+from ragen_lit.training.build_models import build_models
 
 log = logging.getLogger(__name__)
-# warn when an optimizer step leaves more than this share of a model's trainable weights unchanged
-STALLED_UPDATE_WARNING = 0.5
 # Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
 # the stale tied head of issue 18 gave 0.8).
 LOGPROB_GAP_WARNING = 0.1
@@ -89,26 +86,8 @@ class AgentRLModule(L.LightningModule):
         self.chat = ChatFormat(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
         lora = cfg.model.lora
-        self.policy = load_policy(self.model_path, cfg.model.dtype, cfg.model.attention)
-        if cfg.model.gradient_checkpointing:
-            # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
-            # grad, and a reentrant checkpoint would then give the adapters inside it none either
-            if cfg.trainer.strategy == "fsdp" or lora.r > 0:
-                self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                self.policy.gradient_checkpointing_enable()
-        self.critic = (
-            load_critic(cfg.model.critic_path or self.model_path, cfg.model.dtype, cfg.model.attention)
-            if uses_critic(cfg.algo.advantage)
-            else None
-        )
+        self.policy, self.critic = build_models(cfg, self.model_path)
         if lora.r > 0:
-            # the critic's backbone gets adapters too (a second full backbone to train would cost what LoRA saves);
-            # its value head stays fully trainable
-            adapters = dataclasses.asdict(lora)
-            self.policy = apply_lora(self.policy, **adapters, causal_lm=True)
-            if self.critic is not None:
-                self.critic.backbone = apply_lora(self.critic.backbone, **adapters, causal_lm=False)
             # checkpoints leave the frozen base weights out (`on_save_checkpoint`); `on_load_checkpoint` checks the rest
             self.strict_loading = False
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints. Under LoRA the
@@ -252,18 +231,9 @@ class AgentRLModule(L.LightningModule):
         ):
             if model is None or self.global_rank != 0:
                 continue
-            trainable = [p for p in model.parameters() if p.requires_grad]
-            fraction = stalled_update_fraction(trainable, lr)
-            if fraction > STALLED_UPDATE_WARNING:
-                log.warning(
-                    "the %s's weights are %s: an AdamW step of optim.%s=%g leaves %.0f%% of them unchanged (it rounds "
-                    "away); train float32 weights with bf16 compute: model.dtype=float32 trainer.precision=bf16-mixed",
-                    role,
-                    str(trainable[0].dtype).removeprefix("torch."),
-                    key,
-                    lr,
-                    100 * fraction,
-                )
+            message = stalled_update_warning(model, lr, role, key)
+            if message:
+                log.warning(message)
 
     # -- per-iteration preparation --------------------------------------------------------------
     def _logprob_gap(self, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:

@@ -1,0 +1,35 @@
+"""The policy and critic a run trains, built as its config asks: loaded from the resolved model folder in
+`model.dtype` with `model.attention`, gradient checkpointing (`model.gradient_checkpointing`), and under
+`model.lora.r > 0` LoRA adapters on the policy and on the critic's backbone (its value head stays fully
+trainable: a second full backbone to train would cost what LoRA saves)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ragen_lit.algos import uses_critic
+from ragen_lit.config import Config
+from ragen_lit.models import apply_lora, load_critic, load_policy
+from ragen_lit.models.critic import Critic
+
+
+def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic | None]:
+    """(policy, critic); the critic is None for advantages that need none (`algos.uses_critic`)."""
+    m, lora = cfg.model, cfg.model.lora
+    policy = load_policy(model_path, m.dtype, m.attention)
+    if m.gradient_checkpointing:
+        # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
+        # grad, and a reentrant checkpoint would then give the adapters inside it none either
+        if cfg.trainer.strategy == "fsdp" or lora.r > 0:
+            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            policy.gradient_checkpointing_enable()
+    critic = load_critic(m.critic_path or model_path, m.dtype, m.attention) if uses_critic(cfg.algo.advantage) else None
+    if lora.r > 0:
+        adapters = dataclasses.asdict(lora)
+        policy = apply_lora(policy, **adapters, causal_lm=True)
+        if critic is not None:
+            critic.backbone = apply_lora(critic.backbone, **adapters, causal_lm=False)
+    return policy, critic
