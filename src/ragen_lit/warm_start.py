@@ -36,7 +36,7 @@ import torch
 from ragen_lit import __version__
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import rollout
-from ragen_lit.agent.trajectory import Trajectory
+from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
 from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
@@ -85,12 +85,8 @@ class Validation:
 
     @classmethod
     def of(cls, trajectories: Sequence[Trajectory]) -> Validation:
-        turns = [turn for t in trajectories for turn in t.turns]
-        return cls(
-            sum(t.success for t in trajectories) / len(trajectories),
-            sum(turn.reasoning is not None for turn in turns) / max(len(turns), 1),
-            sum(turn.valid for turn in turns) / max(len(turns), 1),
-        )
+        m = rollout_metrics(trajectories, prefix="val")
+        return cls(m["val/success"], m["val/format_ok_rate"], m["val/valid_turn_rate"])
 
     def describe(self) -> str:
         return (

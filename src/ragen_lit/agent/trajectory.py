@@ -58,3 +58,21 @@ def pad_trajectories(
     attention_mask = torch.arange(input_ids.shape[1]) < lengths[:, None]
     loss_mask = right_pad([t.loss_mask for t in trajectories], False, torch.bool)
     return input_ids, attention_mask, loss_mask
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
+    """The per-episode and per-turn rates `fit` logs for a batch of episodes (`<prefix>/success`, `/format_ok_rate`,
+    `/valid_turn_rate`, ...), as means over the episodes or their turns."""
+    n = max(len(trajectories), 1)
+    turns = [turn for t in trajectories for turn in t.turns]
+    sampled = sum(sum(t.loss_mask) for t in trajectories)
+    return {
+        f"{prefix}/success": sum(t.success for t in trajectories) / n,
+        f"{prefix}/reward": sum(t.reward for t in trajectories) / n,
+        f"{prefix}/num_turns": len(turns) / n,
+        f"{prefix}/num_actions": sum(t.num_actions for t in trajectories) / n,
+        f"{prefix}/valid_turn_rate": sum(turn.valid for turn in turns) / max(len(turns), 1),
+        f"{prefix}/format_ok_rate": sum(turn.reasoning is not None for turn in turns) / max(len(turns), 1),
+        f"{prefix}/response_tokens": sampled / max(len(turns), 1),
+        f"{prefix}/sequence_tokens": sum(len(t.token_ids) for t in trajectories) / n,
+    }

@@ -9,8 +9,8 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
 from tqdm.auto import tqdm
 
+from ragen_lit.agent.trajectory import rollout_metrics
 from ragen_lit.parallel import collectives as dist_utils
-from ragen_lit.training.data import rollout_metrics
 
 
 def _log(trainer, metrics: dict[str, float], step: int) -> None:

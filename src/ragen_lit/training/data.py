@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
+from ragen_lit.agent.trajectory import rollout_metrics
 from ragen_lit.algos import overlong_penalty
 from ragen_lit.config import Config
 from ragen_lit.engines import build_engine
@@ -315,22 +316,6 @@ def shape_overlong(trajectories, max_new_tokens: int, cache_fraction: float) -> 
     return shaped, {
         "overlong/penalty_mean": sum(penalties) / len(trajectories),
         "overlong/penalised_turn_rate": sum(p < 0 for p in penalties) / max(len(penalties), 1),
-    }
-
-
-def rollout_metrics(trajectories, prefix: str = "rollout") -> dict[str, float]:
-    n = max(len(trajectories), 1)
-    turns = [turn for t in trajectories for turn in t.turns]
-    sampled = sum(sum(t.loss_mask) for t in trajectories)
-    return {
-        f"{prefix}/success": sum(t.success for t in trajectories) / n,
-        f"{prefix}/reward": sum(t.reward for t in trajectories) / n,
-        f"{prefix}/num_turns": len(turns) / n,
-        f"{prefix}/num_actions": sum(t.num_actions for t in trajectories) / n,
-        f"{prefix}/valid_turn_rate": sum(turn.valid for turn in turns) / max(len(turns), 1),
-        f"{prefix}/format_ok_rate": sum(turn.reasoning is not None for turn in turns) / max(len(turns), 1),
-        f"{prefix}/response_tokens": sampled / max(len(turns), 1),
-        f"{prefix}/sequence_tokens": sum(len(t.token_ids) for t in trajectories) / n,
     }
 
 
