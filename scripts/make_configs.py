@@ -104,7 +104,7 @@ PAPER = [
     # measures it: 99.6% of SmolLM2-135M's weights would not move); vLLM holds a bfloat16 copy the sync casts into
     "model.dtype=float32",
     "trainer.precision=bf16-mixed",
-    "rollout.vllm_dtype=bfloat16",
+    "rollout.dtype=bfloat16",
     # 8 prompts x 16 rollouts; vLLM at 30% of the GPU; 400 tokens per turn, 3600 in context; T 1.0
     "rollout.engine=vllm",
     "rollout.gpu_memory_utilization=0.3",

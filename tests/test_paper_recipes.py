@@ -46,7 +46,7 @@ def test_paper_recipe_loads_prints_and_has_the_papers_settings(path, tmp_path, c
     assert (cfg.env.name, cfg.algo.name) == (ENVS[env], algo)
     assert (cfg.model.name, cfg.model.path) == ("hf", "Qwen/Qwen2.5-3B-Instruct")
     # float32 weights with bf16 compute (a 1e-6 AdamW step on bfloat16 weights rounds away); vLLM in bfloat16
-    assert (cfg.model.dtype, cfg.trainer.precision, cfg.rollout.vllm_dtype) == ("float32", "bf16-mixed", "bfloat16")
+    assert (cfg.model.dtype, cfg.trainer.precision, cfg.rollout.dtype) == ("float32", "bf16-mixed", "bfloat16")
     r = cfg.rollout
     assert (r.groups, r.group_size, r.engine, r.gpu_memory_utilization) == (8, 16, "vllm", 0.3)
     assert (r.max_new_tokens, r.max_context_tokens, r.temperature) == (400, 3600, 1.0)

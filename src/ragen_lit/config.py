@@ -132,9 +132,11 @@ class RolloutConfig:
     sleep_mode: bool = False
     """vllm only (CUDA): after each rollout, vLLM discards its weights and KV cache (sleep level 2) until the next
     weight sync"""
-    vllm_dtype: str | None = checked(None, choices=tuple(DTYPES))
-    """vllm only: dtype vLLM holds and computes the weights in (null = model.dtype); with float32 training weights
-    (model.dtype=float32 trainer.precision=bf16-mixed) set bfloat16: the sync casts the trainer's weights"""
+    dtype: str | None = checked(None, choices=tuple(DTYPES))
+    """dtype the rollout engine holds and computes the weights in (null = model.dtype). With float32 training
+    weights (model.dtype=float32 trainer.precision=bf16-mixed) set bfloat16: half the weight and KV-cache bytes per
+    decode step. vllm: the sync casts the trainer's weights; hf: the engine decodes with a copy of the policy in this
+    dtype, refreshed in place before every rollout (rollout/logprob_gap shows the difference it makes)"""
 
 
 @dataclass

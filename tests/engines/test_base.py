@@ -33,8 +33,8 @@ def test_an_empty_prompt_is_refused():
         validate_request([[1], []], SamplingParams())
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [([], "float32"), (["rollout.vllm_dtype=bfloat16"], "bfloat16")])
-def test_vllm_holds_the_weights_in_rollout_vllm_dtype_else_model_dtype(monkeypatch, overrides, expected):
+@pytest.mark.parametrize(("overrides", "expected"), [([], "float32"), (["rollout.dtype=bfloat16"], "bfloat16")])
+def test_vllm_holds_the_weights_in_rollout_dtype_else_model_dtype(monkeypatch, overrides, expected):
     import ragen_lit.engines.vllm as vllm_module
     from ragen_lit.config import load_config
     from ragen_lit.engines import build_engine

@@ -595,3 +595,76 @@ def test_the_config_switches_prefix_sharing(model, share):
     cfg = load_config(None, [f"rollout.hf_share_prefixes={str(share).lower()}"])
     engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
     assert engine.share_prefixes is share
+
+
+def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """What loading `model`'s weights in `dtype` gives: floating parameters cast, buffers as they are."""
+    import copy
+
+    cast = copy.deepcopy(model)
+    for p in cast.parameters():
+        p.data = p.data.to(dtype)
+    return cast
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "graph"])
+def test_a_dtype_copy_samples_what_the_model_in_that_dtype_samples(cache):
+    model = tiny_qwen2()
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    engine = HFEngine(model, pad_token_id=0, cache=cache, dtype=torch.bfloat16)
+    got = engine.generate(PROMPTS, params)
+    reference = _cast_parameters(model, torch.bfloat16)
+    assert got == HFEngine(reference, pad_token_id=0, cache=cache).generate(PROMPTS, params)
+    assert got != HFEngine(model, pad_token_id=0, cache=cache).generate(PROMPTS, params)  # not float32 decoding
+    assert engine.model is not model and {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the trainer's weights are untouched
+    rotary = [b for name, b in engine.model.named_buffers() if "inv_freq" in name]
+    assert rotary and all(b.dtype == torch.float32 for b in rotary)
+
+
+def test_a_dtype_copy_follows_the_weights_at_every_sync_in_place():
+    model = tiny_qwen2()
+    engine = HFEngine(model, pad_token_id=0, cache="graph", dtype=torch.bfloat16)
+    before = engine.generate(PROMPTS, greedy(6))
+    twin, graphs = engine.model, engine._graphs
+    with torch.no_grad():  # an optimizer step
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    engine.sync(model)
+    assert engine.model is twin and engine._graphs is graphs  # copied in place: the captured graphs stay valid
+    after = engine.generate(PROMPTS, greedy(6))
+    reference = HFEngine(_cast_parameters(model, torch.bfloat16), pad_token_id=0, cache="graph")
+    assert after == reference.generate(PROMPTS, greedy(6))
+    assert after != before
+
+
+def test_a_dtype_copy_keeps_ties_and_copies_no_gradients():
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = transformers.Qwen2ForCausalLM(config).float()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    twin = HFEngine(model, pad_token_id=0, dtype=torch.bfloat16).model
+    assert twin.lm_head.weight is twin.model.embed_tokens.weight
+    assert all(p.grad is None and not p.requires_grad for p in twin.parameters())
+    assert all(p.grad is not None and p.requires_grad for p in model.parameters())  # the trainer's are kept
+
+
+def test_a_dtype_the_model_already_has_decodes_with_the_model_itself(model):
+    assert HFEngine(model, pad_token_id=0, dtype=torch.float32).model is model
+    with pytest.raises(ValueError, match="dtype must be a floating torch.dtype or None, got torch.int64"):
+        HFEngine(model, pad_token_id=0, dtype=torch.int64)
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [([], None), (["rollout.dtype=bfloat16"], torch.bfloat16)])
+def test_the_config_sets_the_engine_dtype(model, overrides, expected):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, overrides)
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine.dtype is expected

@@ -10,11 +10,13 @@ __all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams"
 
 
 def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, pad_token_id: int, seed: int) -> Engine:
-    """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config):
-    transformers generating with `policy` itself, or vLLM loading the weights at `model_path` in
-    `rollout_cfg.vllm_dtype` (default `model_cfg.dtype`; the trainer syncs the policy into it before every rollout)."""
+    """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config), holding the
+    weights in `rollout_cfg.dtype` (null: `model_cfg.dtype`): transformers generating with `policy` itself (or with
+    a copy of it in `rollout_cfg.dtype`), or vLLM loading the weights at `model_path`; the trainer syncs the policy
+    into either before every rollout."""
     if rollout_cfg.engine == "hf":
         from ragen_lit.engines.hf import HFEngine
+        from ragen_lit.models import DTYPES
 
         return HFEngine(
             policy,
@@ -22,6 +24,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             max_batch_size=rollout_cfg.max_batch_size,
             cache=rollout_cfg.hf_cache,
             share_prefixes=rollout_cfg.hf_share_prefixes,
+            dtype=None if rollout_cfg.dtype is None else DTYPES[rollout_cfg.dtype],
         )
     if rollout_cfg.engine == "vllm":
         from ragen_lit.engines.vllm import VLLMEngine
@@ -30,7 +33,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             model_path,
             gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
             enable_sleep_mode=rollout_cfg.sleep_mode,
-            dtype=rollout_cfg.vllm_dtype or model_cfg.dtype,
+            dtype=rollout_cfg.dtype or model_cfg.dtype,
             max_model_len=rollout_cfg.max_context_tokens,
             seed=seed,
         )

@@ -19,11 +19,14 @@ keeping finished rows until the chunk is done (step 3 is skipped).
 
 The engine shares the policy module with the trainer, so `sync` only swaps the reference and the
 engine always samples from the current weights (token-in/token-out: the ids it returns are the ids
-the trainer scores).
+the trainer scores). With `dtype` set where the policy's weights have another dtype (bfloat16 decoding of
+float32 training weights), it decodes with a copy of the policy in `dtype` instead, whose weights `sync`
+overwrites in place (captured decode graphs stay valid).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -209,6 +212,11 @@ class HFEngine:
             positions (dynamic and graph caches). The logits equal the plain prefill's up to rounding, so a
             sampled token can differ where a draw falls within rounding of a boundary; off by default, which
             keeps runs bit-identical to those measured before it existed.
+        dtype: decode with a copy of the model whose floating parameters are in this dtype, where some of the
+            model's are not (None: the model itself). bfloat16 for float32 training weights halves the bytes of
+            weights and KV cache every decode step reads; the sampled tokens then follow the bfloat16 model,
+            as a vLLM engine in bfloat16 does. Buffers (rotary frequencies) keep their dtype, as when a model
+            is loaded in bfloat16.
     """
 
     def __init__(
@@ -221,6 +229,7 @@ class HFEngine:
         cache: str = "dynamic",
         dedup_prompts: bool = True,
         share_prefixes: bool = False,
+        dtype: torch.dtype | None = None,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -228,6 +237,10 @@ class HFEngine:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
         if cache not in HF_CACHE_MODES:
             raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
+        self.dtype = dtype
+        self._source: torch.nn.Module | None = None  # the module last synced from
         self.sync(model)
         if cache == "graph" and not self._graph_ok:
             raise ValueError(
@@ -241,21 +254,27 @@ class HFEngine:
         self.share_prefixes = share_prefixes
 
     def sync(self, model: torch.nn.Module) -> None:
-        """Sample from `model` from now on (the module is shared, so its weights are always current).
+        """Sample from `model` from now on.
 
-        The rollout loop syncs before every call: the same module keeps its captured decode graphs
-        (they read the weights in place; `DecodeGraphs` re-captures if the weights move)."""
+        The rollout loop syncs before every call. Without a `dtype` copy the module is shared, so its weights
+        are always current and the same module keeps its captured decode graphs (they read the weights in place;
+        `DecodeGraphs` re-captures if the weights move). With one, the copy is made at the first sync of a
+        module and its weights are overwritten in place from `model` at every sync."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if getattr(self, "model", None) is not model:
-            self.model = model
-            self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
-            self._graph_ok = unsupported_reason(model) is None
-            self._cache_keyword = forward_cache_keyword(model)
+        if self._source is model and (self.model is model or _same_device(model, self.model)):
+            if self.model is not model:
+                _copy_weights(model, self.model)
+            return
+        self._source = model
+        self.model = model if self.dtype is None else _cast_copy(model, self.dtype)
+        self._graphs: DecodeGraphs | None = None  # cache="graph": slots captured on this model
+        self._graph_ok = unsupported_reason(self.model) is None
+        self._cache_keyword = forward_cache_keyword(self.model)
 
     def release(self) -> None:
-        """Nothing to free: the engine decodes with the trainer's own module, and its decode graphs and
-        caches are kept for the next rollout."""
+        """Nothing to free: the engine decodes with the trainer's own module (or its `dtype` copy), and its
+        decode graphs and caches are kept for the next rollout."""
 
     def cache_kind(self, device: torch.device) -> str:
         """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
@@ -533,3 +552,30 @@ def _generations(
         Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)
         for ids, lps, n, reason in zip(token_ids.tolist(), logprobs.tolist(), lengths, reasons)
     ]
+
+
+def _cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """`model` itself when every floating parameter is `dtype` already, else a copy for inference whose floating
+    parameters are cast to `dtype` (tied ones stay tied; no gradients copied; buffers such as rotary frequencies
+    keep their dtype, as when loading in `dtype`)."""
+    params = [p for p in model.parameters() if p.is_floating_point()]
+    if all(p.dtype == dtype for p in params):
+        return model
+    # deepcopy takes each parameter's copy from the memo: cast straight away, never a full-precision transient
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in params}
+    twin = copy.deepcopy(model, memo)
+    twin.requires_grad_(False)
+    return twin
+
+
+def _same_device(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return next(a.parameters()).device == next(b.parameters()).device
+
+
+def _copy_weights(source: torch.nn.Module, twin: torch.nn.Module) -> None:
+    """Overwrite the parameters and buffers of `twin` (a `_cast_copy` of `source`) in place with `source`'s."""
+    with torch.no_grad():
+        for mine, theirs in zip(twin.parameters(), source.parameters(), strict=True):
+            mine.copy_(theirs)
+        for mine, theirs in zip(twin.buffers(), source.buffers(), strict=True):
+            mine.copy_(theirs)
