@@ -93,3 +93,12 @@ def test_bad_config_stops_with_one_line_and_writes_nothing(case, tmp_path, monke
     assert "Traceback" not in err
     assert _tree(tmp_path) == before
     assert time.perf_counter() - started < 30  # a broken store fails at once, not after MLflow's retries
+
+
+@pytest.mark.parametrize("command", ["fit", "warm-start", "config", "sweep", "compare", "diagnose", "export"])
+def test_every_command_prints_its_help(command, capsys):
+    """`--help` of each subcommand prints and exits 0 (a `%` in a help text once broke warm-start's)."""
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    assert "usage: " in capsys.readouterr().out

@@ -16,8 +16,8 @@ Steps:
    (`presets/expert_episodes.py`), from seed 6,000,000 on: far from validation and RL training seeds;
 3. the model trains `steps` AdamW steps on the sampled tokens (`presets/sft.py`) in float32 parameters (AdamW's
    small updates round away in bfloat16 ones), computing in bfloat16 under autocast on a GPU;
-4. before and after, `val_envs` validation episodes (the config's validation seeds and temperature) measure
-   success, the format-valid and the valid-action turn rates;
+4. before and after, `val_envs` validation episodes (the config's validation seeds and temperature, decoded in
+   `rollout.dtype` as `fit` decodes) measure success, the format-valid and the valid-action turn rates;
 5. model, tokenizer and `warm_start.json` (the record) are written beside `out` and renamed into place.
 
 Full fine-tuning whatever `model.lora` says; the device follows `trainer.accelerator` (auto: CUDA when there is one).
@@ -40,7 +40,7 @@ from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
 from ragen_lit.config import Config
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
-from ragen_lit.models import load_policy, load_tokenizer
+from ragen_lit.models import DTYPES, load_policy, load_tokenizer
 from ragen_lit.models.folders import empty_target, write_model_folder
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
@@ -219,6 +219,7 @@ def _validate(
         pad_token_id=int(chat.tokenizer.pad_token_id),
         max_batch_size=cfg.rollout.max_batch_size,
         cache=cfg.rollout.hf_cache,
+        dtype=None if cfg.rollout.dtype is None else DTYPES[cfg.rollout.dtype],  # as `fit` will sample
     )
     sampling = SamplingParams(temperature=cfg.validation.temperature, seed=options.seed)
     model.eval()
