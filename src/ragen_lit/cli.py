@@ -283,7 +283,8 @@ def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
     """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
     docs, types = field_docs(options), typing.get_type_hints(options)
     for f in dataclasses.fields(options):
-        kwargs: dict = {"help": docs[f.name].replace("%", "%%"), "choices": f.metadata.get("choices")}  # argparse formats help
+        help_text = docs[f.name].replace("%", "%%")  # argparse %-formats help texts
+        kwargs: dict = {"help": help_text, "choices": f.metadata.get("choices")}
         if f.default is dataclasses.MISSING:
             kwargs["required"] = True
         else:

@@ -13,7 +13,18 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from ragen_lit.analysis.sweep import DONE_MARKER, expand_grid, folder_name, plan, point_label, slots, sweep_name
+from ragen_lit.analysis.sweep import (
+    DONE_MARKER,
+    Slot,
+    check_placement,
+    expand_grid,
+    folder_name,
+    launch,
+    plan,
+    point_label,
+    slots,
+    sweep_name,
+)
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
@@ -106,6 +117,45 @@ def test_slots_pin_each_run_to_its_own_cores_or_gpu():
     assert len(pool) == len(cores) and [s.cores for s in pool] == [(c,) for c in cores]
     assert [s.gpu for s in slots(None, 1, ["0", "1"])] == ["0", "1"]
     assert len(slots(3, 1, None)) == 3
+
+
+@pytest.mark.parametrize(("slot", "visible", "placement"), [(Slot((0,)), "", "cpu"), (Slot((0,), "2"), "2", "gpu")])
+def test_a_run_sees_its_gpu_or_none(tmp_path, monkeypatch, slot, visible, placement):
+    """A CPU slot hides every GPU and says cpu (`auto` once put all of a sweep's CPU runs on GPU 0, in bfloat16);
+    a GPU slot sees its own GPU only."""
+    (spec,) = plan(CONFIG, [], 1, tmp_path, "s")
+    seen, real_popen = {}, subprocess.Popen
+
+    def popen(command, env, **kwargs):
+        seen.update(command=command, env=env)
+        return real_popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    spec.folder.mkdir(parents=True)
+    process = launch(spec, slot)
+    process.wait()
+    process.log.close()
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
+    assert f"trainer.accelerator={placement}" in seen["command"]
+
+
+@pytest.mark.parametrize(
+    ("grid", "devices", "message"),
+    [
+        (
+            ["trainer.accelerator=gpu"],
+            None,
+            "accelerator=gpu but the sweep runs on CPU cores (no --devices); add --devices",
+        ),
+        (["trainer.accelerator=cpu"], ["0"], "accelerator=cpu but the sweep runs on GPUs (--devices); drop --devices"),
+    ],
+)
+def test_a_run_placed_against_its_accelerator_is_refused(tmp_path, grid, devices, message):
+    specs = plan(CONFIG, grid, 1, tmp_path, "s")
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_placement(specs, devices)
+    check_placement(plan(CONFIG, [], 1, tmp_path / "auto", "s"), devices)  # auto goes wherever the sweep puts it
 
 
 def test_print_commands_writes_each_runs_config(tmp_path, capsys):
@@ -210,7 +260,7 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
         if name in finished_before:
             assert len(commands) == 1  # never started again
         if name in resumed:
-            assert commands[-1].endswith("trainer.resume=last")
+            assert "trainer.resume=last" in commands[-1].split()
         table = _runs(folder / "mlruns.db")
         assert len(table) == 1, name  # a resumed run continues its MLflow run
         row = table.iloc[0]

@@ -156,6 +156,23 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
 
 
+def check_placement(specs: list[RunSpec], devices: list[str] | None) -> None:
+    """Runs go where the sweep puts them: on GPUs with `--devices` (one per run), else on CPU cores. A run whose
+    config asks for the other is refused before any starts, naming the setting."""
+    wanted = "cpu" if devices else "gpu"
+    for spec in specs:
+        if spec.config.trainer.accelerator == wanted:
+            fix = (
+                "drop --devices to run on CPU cores"
+                if devices
+                else "add --devices (e.g. --devices 0,1,2,3: one run per GPU at a time)"
+            )
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.accelerator={wanted} but the sweep runs "
+                f"{'on GPUs (--devices)' if devices else 'on CPU cores (no --devices)'}; {fix}"
+            )
+
+
 def _child_setup(cores: tuple[int, ...]) -> None:
     """In the run's process before it starts: pin it to its cores, and (Linux) have it killed when the
     sweep dies, so that a restarted sweep never races a run left over from the killed one."""
@@ -173,12 +190,13 @@ def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
         for child in spec.folder.iterdir():
             if child.name != "config.yaml":
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
-    env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores))}
-    if slot.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+    # a GPU slot sees its GPU only; a CPU slot sees none (else `auto` would stack every CPU run on GPU 0)
+    env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
     command = fit_command(spec, resume)
     if slot.gpu is not None:
         command += ["trainer.accelerator=gpu", "trainer.devices=1"]
+    else:
+        command += ["trainer.accelerator=cpu"]
     log = open(spec.folder / LOG_NAME, "a")  # noqa: SIM115 - closed when the process ends (`run_all`)
     # a killed attempt may have left a progress bar without its final newline
     log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
@@ -243,6 +261,7 @@ def run_sweep(
         for spec in specs:
             print(" ".join(fit_command(spec, resume=False)))
         return 0
+    check_placement(specs, devices)
     pool = slots(parallel, threads, devices)
     points = len({spec.point for spec in specs})
     print(

@@ -39,15 +39,17 @@ def check_sqlite_store(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: the MLflow store {path} is a folder, not an sqlite file; move it away")
     if not path.exists():
         return
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{key}: the MLflow store {path} is read-only")
+    # opened for writing (never created): a run killed mid-write leaves a hot journal, which sqlite rolls back
+    # on this first read as MLflow would; a read-only connection cannot, and would call the store unreadable
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=5)) as db:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as err:
         raise ConfigError(
             f"{key}: the MLflow store {path} is not a readable sqlite database ({err}); move it away"
         ) from None
-    if not os.access(path, os.W_OK):
-        raise ConfigError(f"{key}: the MLflow store {path} is read-only")
 
 
 def sqlite_store(cfg: Config) -> tuple[Path, str] | None:
