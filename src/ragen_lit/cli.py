@@ -64,7 +64,7 @@ def _fit(
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.checkpoint_io import StrictCheckpointIO
-    from ragen_lit.training.console import describe_run
+    from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
@@ -117,6 +117,8 @@ def _fit(
     )
     if trainer.is_global_zero:
         print(describe_run(cfg, trainer, run_dir), flush=True)
+        # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
+        logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
     summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())

@@ -69,6 +69,8 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     ):
         assert f"metrics.{key}" in runs.columns, key
     assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
+    precision = _cfg(tmp_path, tiny_model_dir).trainer.precision
+    assert row["tags.ragen_lit.device"] == f"cpu, float32 weights, {precision}"  # where it ran, on record
     # the MI diagnostics ran (diagnostics every iteration): first-turn retrieval accuracy and its chance level
     client = mlflow.tracking.MlflowClient()
     for key in ("collapse/first_turn/retrieval_acc", "collapse/first_turn/retrieval_chance"):

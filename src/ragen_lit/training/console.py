@@ -50,6 +50,17 @@ def quiet_third_party(verbose: bool = False) -> None:
     hf_logging.disable_progress_bar()  # "Loading weights" bars: the tiny model loads in well under a second
 
 
+def run_device(trainer, weights) -> str:
+    """Where a run computes, as its MLflow tag `ragen_lit.device` records it: the device (with the GPU's name), the
+    weights' dtype and the Lightning precision, e.g. `cuda (NVIDIA H200), bfloat16 weights, bf16-mixed`."""
+    import torch
+
+    root = trainer.strategy.root_device
+    name = f"{root.type} ({torch.cuda.get_device_name(root)})" if root.type == "cuda" else root.type
+    dtype = str(next(weights.parameters()).dtype).removeprefix("torch.")
+    return f"{name}, {dtype} weights, {trainer.precision}"
+
+
 def describe_run(cfg, trainer, run_dir) -> str:
     """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder."""
     f = cfg.filter
