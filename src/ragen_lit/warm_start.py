@@ -163,7 +163,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
     tail = losses[-10:]
     record = {
         "source_model": source,
-        "env": {"name": setup.name, "options": setup.options, "limits": asdict(setup.limits())},
+        "env": {"name": setup.name, "options": setup.options, "limits": asdict(setup.limits)},
         "options": asdict(options),
         "expert_success": expert_success,
         "first_loss": losses[0],
@@ -224,7 +224,7 @@ def _validate(
     sampling = SamplingParams(temperature=cfg.validation.temperature, seed=options.seed)
     model.eval()
     with torch.no_grad():
-        trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits(), sampling)
+        trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits, sampling)
     engine.release()
     return Validation.of(trajectories)
 

@@ -11,12 +11,9 @@ def test_an_extra_env_is_set_up_as_its_config_plays_it():
     cfg = load_config(None, ["env.name=coding", "env.options={max_attempts: 2}", "rollout.max_new_tokens=256"])
     setup = EnvSetup.from_config(cfg)
     assert setup.name == "coding" and setup.options == {"max_attempts": 2}
-    assert setup.limits() == EpisodeLimits(
-        cfg.rollout.max_turns,
-        cfg.rollout.max_actions_per_turn,
-        cfg.rollout.max_actions_per_episode,
-        256,
-        cfg.rollout.max_context_tokens,
+    r = cfg.rollout
+    assert setup.limits == EpisodeLimits(
+        r.max_turns, r.max_actions_per_turn, r.max_actions_per_episode, 256, r.max_context_tokens, r.format_penalty
     )
     assert setup.make_env().max_attempts == 2
-    assert EnvSetup("frozenlake").limits() == EpisodeLimits()  # the built-in envs keep the default limits
+    assert EnvSetup("frozenlake").limits == EpisodeLimits()  # the built-in envs keep the default limits

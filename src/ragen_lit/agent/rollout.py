@@ -10,6 +10,7 @@ threads at once; every episode's own actions still run in order, so results do n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from ragen_lit.agent.trajectory import Trajectory, Turn
 from ragen_lit.engines.base import Engine, SamplingParams
 
 
-@dataclass
+@dataclass(frozen=True)
 class EpisodeLimits:
     max_turns: int = 5
     max_actions_per_turn: int = 2
@@ -29,6 +30,11 @@ class EpisodeLimits:
     max_new_tokens: int = 100
     max_context_tokens: int = 2048
     format_penalty: float = -0.1
+
+    @classmethod
+    def of(cls, rollout_cfg) -> EpisodeLimits:
+        """The limits a config's `rollout` section states (its fields of the same names)."""
+        return cls(**{f.name: getattr(rollout_cfg, f.name) for f in dataclasses.fields(cls)})
 
 
 @dataclass

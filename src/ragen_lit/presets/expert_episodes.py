@@ -34,36 +34,14 @@ class EnvSetup:
 
     name: str
     options: dict[str, Any] = field(default_factory=dict)
-    max_turns: int = EpisodeLimits.max_turns
-    max_actions_per_turn: int = EpisodeLimits.max_actions_per_turn
-    max_actions_per_episode: int = EpisodeLimits.max_actions_per_episode
-    max_new_tokens: int = EpisodeLimits.max_new_tokens
-    max_context_tokens: int = EpisodeLimits.max_context_tokens
+    limits: EpisodeLimits = EpisodeLimits()
 
     @classmethod
     def from_config(cls, cfg: Config) -> EnvSetup:
-        r = cfg.rollout
-        return cls(
-            cfg.env.name,
-            dict(cfg.env.options),
-            r.max_turns,
-            r.max_actions_per_turn,
-            r.max_actions_per_episode,
-            r.max_new_tokens,
-            r.max_context_tokens,
-        )
+        return cls(cfg.env.name, dict(cfg.env.options), EpisodeLimits.of(cfg.rollout))
 
     def make_env(self):
         return make_env(self.name, **self.options)
-
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(
-            self.max_turns,
-            self.max_actions_per_turn,
-            self.max_actions_per_episode,
-            self.max_new_tokens,
-            self.max_context_tokens,
-        )
 
 
 def expert_episodes(
@@ -80,7 +58,7 @@ def expert_episodes(
     if count <= 0:
         return []
     seeds = episode_seeds(setup.make_env().item_count, first_seed, count, held_out)
-    limits = setup.limits()
+    limits = setup.limits
     if max_new_tokens is not None:
         limits = dataclasses.replace(limits, max_new_tokens=max_new_tokens)
     return rollout(expert, setup.make_env, seeds, seeds, chat, limits, SamplingParams())

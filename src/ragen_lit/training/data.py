@@ -41,18 +41,6 @@ log = logging.getLogger(__name__)
 ROUND_SEED_STRIDE = 10**8
 
 
-def episode_limits(cfg: Config) -> EpisodeLimits:
-    r = cfg.rollout
-    return EpisodeLimits(
-        r.max_turns,
-        r.max_actions_per_turn,
-        r.max_actions_per_episode,
-        r.max_new_tokens,
-        r.max_context_tokens,
-        r.format_penalty,
-    )
-
-
 def plan_minibatches(
     num_kept: int, num_total: int, num_minibatches: int, mode: str, epochs: int, generator: torch.Generator
 ) -> list[list[int]]:
@@ -149,7 +137,13 @@ class RolloutDataModule(L.LightningDataModule):
         )
         try:
             return rollout(
-                self.engine, self.env_factory(), seeds, groups, module.chat, episode_limits(self.cfg), sampling
+                self.engine,
+                self.env_factory(),
+                seeds,
+                groups,
+                module.chat,
+                EpisodeLimits.of(self.cfg.rollout),
+                sampling,
             )
         finally:
             self.engine.release()  # vLLM's sleep mode frees its memory for the update; the next call syncs first

@@ -165,10 +165,11 @@ def test_a_good_first_attempt_is_not_retried(tmp_path):
 
 
 def test_extra_envs_join_the_tokenizer_corpus_and_the_sft(tmp_path):
+    from ragen_lit.agent.rollout import EpisodeLimits
     from ragen_lit.presets.expert_episodes import EnvSetup
     from ragen_lit.presets.tiny.build import same_recipe, tokenizer_corpus
 
-    search = EnvSetup("search_qa", {"max_searches": 2}, max_turns=3, max_actions_per_turn=1)
+    search = EnvSetup("search_qa", {"max_searches": 2}, EpisodeLimits(max_turns=3, max_actions_per_turn=1))
     recipe = dataclasses.replace(SMALL, corpus_episodes=4, extra_envs=(search,))
     assert recipe.envs() == ("countdown", "frozenlake", "mathqa", "sokoban", "search_qa")
     assert recipe.sft_episode_count("search_qa") == recipe.extra_env_episodes

@@ -312,5 +312,5 @@ def validation_success(model: torch.nn.Module, chat: ChatFormat, recipe: TinyRec
     seeds = list(range(VALIDATION_SEED, VALIDATION_SEED + recipe.val_envs))
     engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id)
     sampling = SamplingParams(temperature=recipe.val_temperature, seed=recipe.seed)
-    trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits(), sampling)
+    trajectories = rollout(engine, setup.make_env, seeds, seeds, chat, setup.limits, sampling)
     return sum(t.success for t in trajectories) / len(trajectories)
