@@ -28,7 +28,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -38,9 +38,10 @@ from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import rollout
 from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
 from ragen_lit.config import Config
+from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
-from ragen_lit.models import DTYPES, load_policy, load_tokenizer
+from ragen_lit.models import load_policy, load_tokenizer
 from ragen_lit.models.folders import empty_target, write_model_folder
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
@@ -213,15 +214,12 @@ def _validate(
     """`options.val_envs` episodes on the config's validation seeds at its temperature (None when 0)."""
     if options.val_envs == 0:
         return None
-    from ragen_lit.engines.hf import HFEngine  # transformers: imported when needed, so the CLI starts fast
-
     seeds = list(range(cfg.validation.seed, cfg.validation.seed + options.val_envs))
-    engine = HFEngine(
-        model,
-        pad_token_id=int(chat.tokenizer.pad_token_id),
-        max_batch_size=cfg.rollout.max_batch_size,
-        cache=cfg.rollout.hf_cache,
-        dtype=None if cfg.rollout.dtype is None else DTYPES[cfg.rollout.dtype],  # as `fit` will sample
+    # the transformers engine with the config's rollout settings (`rollout.dtype` included), as `fit` samples with it;
+    # it samples from `model` itself, so no weights path
+    hf_rollout = replace(cfg.rollout, engine="hf")
+    engine = build_engine(
+        hf_rollout, cfg.model, policy=model, model_path="", pad_token_id=int(chat.tokenizer.pad_token_id), seed=0
     )
     sampling = SamplingParams(temperature=cfg.validation.temperature, seed=options.seed)
     model.eval()

@@ -47,11 +47,12 @@ class Critic(nn.Module):
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
 
 
-def load_critic(path: str, dtype: str, attention: str = "auto") -> Critic:
+def load_critic(path: str, dtype: str, attention: str = "auto", accelerator: str = "auto") -> Critic:
     from transformers import AutoModel
 
     warn_if_untested_transformers()
-    backbone = AutoModel.from_pretrained(path, dtype=resolve_dtype(dtype), **attention_kwargs(attention))
+    torch_dtype = resolve_dtype(dtype, accelerator)
+    backbone = AutoModel.from_pretrained(path, dtype=torch_dtype, **attention_kwargs(attention))
     critic = Critic(backbone, backbone.config.hidden_size)
-    critic.value_head.to(resolve_dtype(dtype))
+    critic.value_head.to(torch_dtype)
     return critic

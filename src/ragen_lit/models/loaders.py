@@ -33,11 +33,12 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 ATTENTION_IMPLEMENTATIONS = ("auto", "sdpa", "flex_attention", "eager")
 
 
-def resolve_dtype(name: str) -> torch.dtype:
-    """`auto`: bfloat16 where a GPU is used, float32 on CPU (CPUs without native bf16 matrix units
-    run bf16 matmuls several times slower than fp32)."""
+def resolve_dtype(name: str, accelerator: str = "auto") -> torch.dtype:
+    """`auto`: bfloat16 where a GPU is used (`trainer.accelerator` not `cpu`, and CUDA present), float32 on CPU
+    (CPUs without native bf16 matrix units run bf16 matmuls several times slower than fp32), also on a machine with
+    a GPU when the run is told to use the CPU."""
     if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+        return torch.bfloat16 if accelerator != "cpu" and torch.cuda.is_available() else torch.float32
     return DTYPES[name]
 
 
@@ -91,13 +92,15 @@ def attention_kwargs(attention: str) -> dict:
     return {} if attention == "auto" else {"attn_implementation": attention}
 
 
-def load_policy(path: str, dtype: str, attention: str = "auto") -> nn.Module:
+def load_policy(path: str, dtype: str, attention: str = "auto", accelerator: str = "auto") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     warn_if_untested_transformers()
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype), **attention_kwargs(attention))
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=resolve_dtype(dtype, accelerator), **attention_kwargs(attention)
+        )
     except (OSError, ValueError) as err:
         raise ConfigError(f"model.path={path!r}: cannot load a causal LM there ({str(err).splitlines()[0]})") from None
     model.config.use_cache = False

@@ -18,9 +18,8 @@ from ragen_lit.models.critic import Critic
 def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic | None]:
     """(policy, critic); the critic is None for advantages that need none (`algos.uses_critic`)."""
     m, lora = cfg.model, cfg.model.lora
-    # `auto` is bfloat16 where a GPU is used: not on a machine that has one when the run is told to use the CPU
-    dtype = "float32" if m.dtype == "auto" and cfg.trainer.accelerator == "cpu" else m.dtype
-    policy = load_policy(model_path, dtype, m.attention)
+    device = cfg.trainer.accelerator  # `model.dtype=auto` depends on it
+    policy = load_policy(model_path, m.dtype, m.attention, device)
     if m.gradient_checkpointing:
         # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
         # grad, and a reentrant checkpoint would then give the adapters inside it none either
@@ -28,7 +27,11 @@ def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic 
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
             policy.gradient_checkpointing_enable()
-    critic = load_critic(m.critic_path or model_path, dtype, m.attention) if uses_critic(cfg.algo.advantage) else None
+    critic = (
+        load_critic(m.critic_path or model_path, m.dtype, m.attention, device)
+        if uses_critic(cfg.algo.advantage)
+        else None
+    )
     if lora.r > 0:
         adapters = dataclasses.asdict(lora)
         policy = apply_lora(policy, **adapters, causal_lm=True)
