@@ -1,0 +1,58 @@
+"""docs/REPRODUCTION.md's tables are what `compare` prints from the stores committed next to it.
+
+Each case extracts one store of docs/results/ and builds the table `compare` prints for one sweep (the same
+functions, without the figures); every one of its rows must appear verbatim on the page. A number edited by
+hand, a table pasted from another store, or a change to `compare` that would re-draw the page differently
+fails here.
+"""
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ragen_lit.analysis.compare import build_table, choose_columns, to_markdown
+from ragen_lit.analysis.runs import find_stores, label_runs, load_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "REPRODUCTION.md"
+
+# (store in docs/results, sweep folder inside it, baseline point) for tables printed in full on the page
+TABLES = [
+    ("tiny-cpu-intel.tar.xz", "tiny/cpu-sokoban", "filter.strategy=none"),
+    ("tiny-cpu-intel.tar.xz", "tiny/cpu-quartile", "filter.quartile=1"),
+    ("smollm2-sokoban-8seeds-h200.tar.xz", "smol-sokoban-8", "filter.strategy=none"),
+]
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("results")
+    for store in {store for store, _, _ in TABLES}:
+        with tarfile.open(ROOT / "docs" / "results" / store) as archive:
+            archive.extractall(folder / store, filter="data")
+    return folder
+
+
+def table_rows(sweep: Path, baseline: str) -> list[str]:
+    runs = [r for r in label_runs(load_runs(find_stores([sweep]))) if r.status == "FINISHED"]
+    assert runs, f"no finished runs under {sweep}"
+    text = to_markdown(build_table(runs, baseline, choose_columns(None, runs)))
+    return [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| point")]
+
+
+@pytest.mark.parametrize("store, sweep, baseline", TABLES, ids=[sweep for _, sweep, _ in TABLES])
+def test_page_table_redraws_from_its_store(extracted, store, sweep, baseline):
+    page = PAGE.read_text()
+    rows = table_rows(extracted / store / sweep, baseline)
+    assert len(rows) >= 3
+    missing = [row for row in rows if row not in page]
+    assert not missing, f"{sweep}: rows compare prints that the page does not show:\n" + "\n".join(missing)
+
+
+def test_every_local_link_of_the_page_exists():
+    page = PAGE.read_text()
+    targets = [part.split(")")[0] for part in page.split("](")[1:]]
+    local = [t for t in targets if not t.startswith(("http://", "https://", "#"))]
+    assert local, "the page links its figures"
+    assert [t for t in local if not (PAGE.parent / t).exists()] == []
