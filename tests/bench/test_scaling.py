@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ragen_lit.bench.scaling import ScalingRow, add_efficiency, main, scaling_row
+from ragen_lit.bench.scaling import ScalingRow, add_efficiency, format_table, main, scaling_row
 
 
 def test_a_row_averages_the_iterations_after_the_first_and_counts_tokens_per_device():
@@ -16,8 +16,23 @@ def test_a_row_averages_the_iterations_after_the_first_and_counts_tokens_per_dev
     assert (row.step_s, row.generation_s, row.update_s) == (5.0, 2.0, 2.0)
     assert row.tokens_per_s == 200 * 256 / 5.0  # 10,240
     assert row.tokens_per_s_per_device == 200 * 256 / 5.0 / 2
+    assert (row.generation_peak_gib, row.update_peak_gib) == (None, None)  # not logged: a CPU run
     with pytest.raises(ValueError, match="at least 2 iterations"):
         scaling_row("ddp", 1, 128, {key: history[:1] for key, history in metrics.items()})
+
+
+def test_a_row_reports_the_largest_phase_peaks_over_all_iterations():
+    metrics = {
+        "time/iteration_s": [(1, 9.0), (2, 4.0)],
+        "time/generation_s": [(1, 5.0), (2, 2.0)],
+        "time/update_s": [(1, 3.0), (2, 1.0)],
+        "rollout/sequence_tokens": [(1, 10.0), (2, 10.0)],
+        "memory/generation_peak_gib": [(1, 30.5), (2, 30.0)],  # the warm-up iteration counts: a run must fit it
+        "memory/update_peak_gib": [(1, 40.0), (2, 42.25)],
+    }
+    row = scaling_row("fsdp", 4, 128, metrics)
+    assert (row.generation_peak_gib, row.update_peak_gib) == (30.5, 42.25)
+    assert format_table([row]).splitlines()[-1].endswith("| – | 30.5 | 42.2 |")
 
 
 def test_efficiency_is_per_device_throughput_over_the_same_strategys_single_device_run():

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ragen_lit.parallel.collectives import full_tensor, gather_lists, rank_and_world
+from ragen_lit.parallel.collectives import combine_rank_metrics, full_tensor, gather_lists, rank_and_world
 
 
 def test_without_process_group_everything_is_local():
@@ -17,6 +17,20 @@ def test_without_process_group_everything_is_local():
     assert rank_and_world() == (0, 1)
     tensor = torch.ones(2)
     assert full_tensor(tensor) is tensor
+
+
+def test_rank_metrics_average_over_the_ranks_that_report_them_and_peaks_take_the_largest():
+    parts = [
+        {"loss": 1.0, "time/update_s": 2.0, "memory/update_peak_gib": 30.0},
+        {"loss": 3.0, "time/update_s": 4.0, "memory/update_peak_gib": 50.0, "memory/prepare_peak_gib": 5.0},
+        {"time/update_s": 6.0, "memory/update_peak_gib": 40.0},  # kept nothing: no loss
+    ]
+    assert combine_rank_metrics(parts) == {
+        "loss": 2.0,  # (1 + 3) / 2: the rank without it is not a zero
+        "time/update_s": 4.0,
+        "memory/update_peak_gib": 50.0,  # the rank closest to running out
+        "memory/prepare_peak_gib": 5.0,
+    }
 
 
 def worker(rank: int, port: int) -> None:

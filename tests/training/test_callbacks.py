@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
 
 
@@ -16,7 +18,11 @@ def _iteration(logger: IterationLogger, empty: bool, epoch: int, limit: int = 3)
         is_global_zero=True,
         should_stop=False,
     )
-    module = SimpleNamespace(pop_step_stats=dict, cfg=SimpleNamespace(filter=SimpleNamespace(empty_stop_steps=limit)))
+    module = SimpleNamespace(
+        pop_step_stats=dict,
+        device=torch.device("cpu"),
+        cfg=SimpleNamespace(filter=SimpleNamespace(empty_stop_steps=limit)),
+    )
     logger.on_train_epoch_start(trainer, module)
     logger.on_train_epoch_end(trainer, module)
     return trainer.should_stop

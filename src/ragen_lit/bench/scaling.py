@@ -9,7 +9,8 @@ left out), tokens from `rollout/sequence_tokens` (mean tokens per episode) x epi
 
 Per row: step seconds, generation and update seconds, training tokens/s in all and per device (tokens of the
 iteration's episodes / step seconds / devices), and the efficiency: per-device tokens/s over the same strategy's
-one-device run. Issue 15's target: >= 85% at 2 and 4 devices.
+one-device run; and, on GPUs, the largest memory any rank allocated while generating and while updating
+(`memory/*_peak_gib`, `training.phase_memory`). Issue 15's target: >= 85% at 2 and 4 devices.
 
 Strategy settings: `ddp` trains bfloat16 weights (as `bench_step.py`); `fsdp` float32 weights gathered and
 computed in bfloat16, gradients reduced in float32 (`trainer.fsdp_param_dtype=bfloat16
@@ -57,6 +58,10 @@ class ScalingRow:
     tokens_per_s_per_device: float
     efficiency: float | None = None
     """per-device tokens/s over the same strategy's one-device row (None without one)"""
+    generation_peak_gib: float | None = None
+    """largest GPU memory any rank allocated while generating, over the run's iterations (None off CUDA)"""
+    update_peak_gib: float | None = None
+    """the same for the update"""
 
 
 def steady_mean(history: list[tuple[int, float]]) -> float:
@@ -67,9 +72,14 @@ def steady_mean(history: list[tuple[int, float]]) -> float:
     return statistics.fmean(values)
 
 
+def run_peak(history: list[tuple[int, float]] | None) -> float | None:
+    """Largest value of a per-iteration peak-memory metric over all iterations (None: not logged, off CUDA)."""
+    return max(value for _, value in history) if history else None
+
+
 def scaling_row(strategy: str, devices: int, episodes: int, metrics: dict[str, list[tuple[int, float]]]) -> ScalingRow:
     """One table row from a run's metric histories (`time/iteration_s`, `time/generation_s`, `time/update_s`,
-    `rollout/sequence_tokens`)."""
+    `rollout/sequence_tokens`, and `memory/{generation,update}_peak_gib` where logged)."""
     step = steady_mean(metrics["time/iteration_s"])
     tokens = steady_mean(metrics["rollout/sequence_tokens"]) * episodes
     return ScalingRow(
@@ -81,6 +91,8 @@ def scaling_row(strategy: str, devices: int, episodes: int, metrics: dict[str, l
         update_s=steady_mean(metrics["time/update_s"]),
         tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices,
+        generation_peak_gib=run_peak(metrics.get("memory/generation_peak_gib")),
+        update_peak_gib=run_peak(metrics.get("memory/update_peak_gib")),
     )
 
 
@@ -95,14 +107,15 @@ def add_efficiency(rows: list[ScalingRow]) -> None:
 def format_table(rows: list[ScalingRow]) -> str:
     lines = [
         "| strategy | devices | episodes | step s | generation s | update s | training tok/s | per device "
-        "| efficiency |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| efficiency | peak GiB, generation | peak GiB, update |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         efficiency = "–" if r.efficiency is None else f"{r.efficiency:.1%}"
+        peaks = ["–" if gib is None else f"{gib:.1f}" for gib in (r.generation_peak_gib, r.update_peak_gib)]
         lines.append(
             f"| {r.strategy} | {r.devices} | {r.episodes} | {r.step_s:.2f} | {r.generation_s:.2f} | {r.update_s:.2f} "
-            f"| {r.tokens_per_s:,.0f} | {r.tokens_per_s_per_device:,.0f} | {efficiency} |"
+            f"| {r.tokens_per_s:,.0f} | {r.tokens_per_s_per_device:,.0f} | {efficiency} | {peaks[0]} | {peaks[1]} |"
         )
     return "\n".join(lines)
 

@@ -96,12 +96,22 @@ def gather_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch
     return all_rewards[order], all_ids[order]
 
 
+MAX_OVER_RANKS_PREFIX = "memory/"
+"""metrics under this prefix (peak GPU memory per phase) combine as the largest rank's value, not the mean"""
+
+
+def combine_rank_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """One dict from every rank's scalar metrics: each key's mean over the ranks that report it (key sets may
+    differ: a rank that kept no rollouts has no update statistics), its maximum under `memory/`."""
+    keys = sorted({k for p in parts for k in p})
+    values = {k: [p[k] for p in parts if k in p] for k in keys}
+    return {k: max(v) if k.startswith(MAX_OVER_RANKS_PREFIX) else sum(v) / len(v) for k, v in values.items()}
+
+
 def mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
-    """Average scalar metrics over the ranks that report them (key sets may differ: a rank that
-    kept no rollouts has no update statistics)."""
+    """Every rank's scalar metrics combined (`combine_rank_metrics`: means, peaks' maxima), on every rank."""
     if not is_distributed():
         return metrics
     parts: list = [None] * dist.get_world_size()
     dist.all_gather_object(parts, dict(metrics))
-    keys = sorted({k for p in parts for k in p})
-    return {k: sum(p[k] for p in parts if k in p) / sum(k in p for p in parts) for k in keys}
+    return combine_rank_metrics(parts)

@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from ragen_lit.agent.trajectory import rollout_metrics
 from ragen_lit.parallel import collectives as dist_utils
+from ragen_lit.training.phase_memory import phase_peak, start_phase
 
 
 def _log(trainer, metrics: dict[str, float], step: int) -> None:
@@ -41,11 +42,13 @@ class IterationLogger(L.Callback):
 
     def on_train_epoch_start(self, trainer, module):
         self._epoch_started = time.perf_counter()
+        start_phase(module.device)
 
     def on_train_epoch_end(self, trainer, module):
         data = trainer.datamodule
         metrics = dict(data.iteration_metrics)
         metrics.update(module.pop_step_stats())
+        metrics.update(phase_peak(module.device, "update"))
         metrics = dist_utils.mean_over_ranks(metrics)
         metrics["time/update_s"] = time.perf_counter() - self._epoch_started
         metrics["time/iteration_s"] = metrics["time/update_s"] + sum(

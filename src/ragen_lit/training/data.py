@@ -35,6 +35,7 @@ from ragen_lit.envs import make_env
 from ragen_lit.filtering import dynamic_sampling_keep, filter_stats, select_groups, select_trajectories
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.batch import collate, select_rows
+from ragen_lit.training.phase_memory import phase_peak, start_phase
 
 log = logging.getLogger(__name__)
 # Dynamic sampling's extra rounds draw their env seeds this far above the first round's (`train_seeds`)
@@ -71,6 +72,7 @@ class RolloutModule(Protocol):
     chat: ChatFormat  # prompt formatting and the tokenizer (rollouts, saved rollouts)
     pad_token_id: int  # pads collated batches and the transformers engine's prompts
     model_path: str  # the weights a vLLM engine loads
+    device: torch.device  # where each phase's peak GPU memory is counted (`training.phase_memory`)
 
     def inference_policy(self) -> torch.nn.Module:
         """The model rollouts run on (the engine is built on it and synced from it)."""
@@ -160,14 +162,18 @@ class RolloutDataModule(L.LightningDataModule):
         self.rolled_out = iteration
         timings = {}
         t0 = time.perf_counter()
+        start_phase(module.device)
         trajectories, sampled, sampling_metrics = self.sample(module, iteration)
         timings["time/generation_s"] = time.perf_counter() - t0
+        timings.update(phase_peak(module.device, "generation"))
         # every generated rollout (all rounds: each draws fresh prompts) describes the policy, before selection
         metrics = {**rollout_metrics(trajectories), **sampling_metrics}
 
         t1 = time.perf_counter()
+        start_phase(module.device)
         metrics.update(module.collapse_diagnostics(trajectories, iteration))
         timings["time/diagnostics_s"] = time.perf_counter() - t1
+        timings.update(phase_peak(module.device, "diagnostics"))
         if cfg.logging.save_rollouts and self.run_dir is not None:
             save_rollouts(
                 self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer
@@ -184,9 +190,11 @@ class RolloutDataModule(L.LightningDataModule):
         batch = None
         if kept:
             t2 = time.perf_counter()
+            start_phase(module.device)
             batch = collate(kept, module.pad_token_id, turn_level_rewards=cfg.algo.turn_level_rewards)
             metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
             timings["time/prepare_s"] = time.perf_counter() - t2
+            timings.update(phase_peak(module.device, "prepare"))
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
             plan = plan_minibatches(
                 len(kept),
