@@ -159,7 +159,7 @@ def test_a_learning_rate_that_bfloat16_weights_round_away_is_warned_about(
             "optim.actor_lr=1e-6",
         ],
     )
-    with caplog.at_level("WARNING", logger="ragen_lit.training.module"):
+    with caplog.at_level("WARNING", logger="ragen_lit.training.optimizers"):
         AgentRLModule(cfg).configure_optimizers()
     messages = [r.getMessage() for r in caplog.records if "rounds away" in r.getMessage()]
     assert bool(messages) is warned

@@ -20,7 +20,6 @@ shards after updates.
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import math
 from collections import defaultdict
@@ -33,7 +32,6 @@ from ragen_lit.algos import (
     actor_loss,
     anchored_step_fraction,
     estimate_advantages,
-    lr_factor,
     scale_by_keep_rate,
     value_loss,
 )
@@ -43,13 +41,13 @@ from ragen_lit.logprobs import mean_abs_logprob_diff, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import compile_layers, load_tokenizer
-from ragen_lit.models.precision import stalled_update_warning
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, select_rows
 from ragen_lit.training.build_models import build_models
+from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
 
 log = logging.getLogger(__name__)
 # Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
@@ -194,46 +192,10 @@ class AgentRLModule(L.LightningModule):
 
     # -- optimisers -------------------------------------------------------------------------------
     def configure_optimizers(self):
-        o = self.cfg.optim
-        planned_steps = self.cfg.trainer.iterations * self.cfg.algo.ppo_epochs * o.num_minibatches
-        schedule = functools.partial(
-            lr_factor,
-            warmup_steps=o.warmup_steps,
-            total_steps=planned_steps,
-            decay=o.lr_decay,
-            min_ratio=o.min_lr_ratio,
-        )
-
-        def trainable(model):  # under LoRA the adapters (and the value head)
-            return [p for p in model.parameters() if p.requires_grad]
-
-        actor = torch.optim.AdamW(
-            trainable(self.policy), lr=o.actor_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
-        )
-        optimizers, schedulers = [actor], [torch.optim.lr_scheduler.LambdaLR(actor, schedule)]
-        if self.critic is not None:
-            critic = torch.optim.AdamW(
-                trainable(self.critic), lr=o.critic_lr, betas=tuple(o.betas), weight_decay=o.weight_decay
-            )
-            optimizers.append(critic)
-            schedulers.append(torch.optim.lr_scheduler.LambdaLR(critic, schedule))
-        self._warn_stalled_updates()
-        return optimizers, schedulers
-
-    def _warn_stalled_updates(self) -> None:
-        """One warning per model whose low-precision weights an AdamW step of the configured learning rate
-        cannot move (`models.precision`): e.g. bfloat16 weights at the paper's 1e-6, where training would
-        silently change nothing."""
-        o = self.cfg.optim
-        for role, model, key, lr in (
-            ("policy", self.policy, "actor_lr", o.actor_lr),
-            ("critic", self.critic, "critic_lr", o.critic_lr),
-        ):
-            if model is None or self.global_rank != 0:
-                continue
-            message = stalled_update_warning(model, lr, role, key)
-            if message:
-                log.warning(message)
+        planned_steps = self.cfg.trainer.iterations * self.cfg.algo.ppo_epochs * self.cfg.optim.num_minibatches
+        if self.global_rank == 0:
+            warn_stalled_updates(self.cfg.optim, self.policy, self.critic)
+        return build_optimizers(self.cfg.optim, planned_steps, self.policy, self.critic)
 
     # -- per-iteration preparation --------------------------------------------------------------
     def _logprob_gap(self, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
