@@ -45,6 +45,7 @@ CASES = {
     "unknown yaml section": ("trainer:\n  seed: 1\nbogus:\n  x: 1\n", [], "'bogus'; sections are: model, env"),
     "yaml section as a scalar": ("trainer: 5\n", [], "section trainer is 5"),
     "precision": (None, ["trainer.precision=bogus"], "trainer.precision='bogus'"),
+    "gpu memory share": (None, ["trainer.gpu_memory_fraction=1.5"], "trainer.gpu_memory_fraction=1.5 is out of range"),
     "gpu without cuda": (None, ["trainer.accelerator=gpu"], "trainer.accelerator=gpu"),
     "tracking uri scheme": (None, ["logging.tracking_uri=bogus://x"], "logging.tracking_uri='bogus://x'"),
     "empty experiment": (None, ["logging.experiment="], "logging.experiment=''"),

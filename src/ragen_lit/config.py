@@ -341,6 +341,9 @@ class TrainerConfig:
     MLflow tags. Without it such a resume is refused (trainer.iterations may change: raise it to train a run further)"""
     threads: int = checked(0, ge=0)
     """torch CPU threads (0 = torch default)"""
+    gpu_memory_fraction: float = checked(0.0, ge=0.0, le=1.0)
+    """GPU only: the share of its card's memory this process may allocate (0 = no cap). A run over it fails alone
+    with out-of-memory instead of starving others on the card; `sweep` gives runs that share a GPU equal shares"""
     timeout_minutes: int = checked(30, ge=1)
     """distributed collective timeout; a rank that dies does not hang the others forever"""
 

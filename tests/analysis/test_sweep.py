@@ -119,6 +119,38 @@ def test_slots_pin_each_run_to_its_own_cores_or_gpu():
     assert len(slots(3, 1, None)) == 3
 
 
+def test_runs_that_share_a_gpu_get_equal_shares_of_its_memory():
+    """Three runs on GPU 0 get 0.95 / 3 of it each; the run alone on GPU 1 and CPU slots get no cap."""
+    pool = slots(None, 1, ["0", "0", "1", "0"])
+    assert [(s.gpu, s.memory_share) for s in pool] == [("0", 0.317), ("0", 0.317), ("1", None), ("0", 0.317)]
+    assert all(s.memory_share is None for s in slots(2, 1, None))
+
+
+@pytest.mark.parametrize(
+    ("grid", "share", "cap"),
+    [
+        ([], 0.317, "trainer.gpu_memory_fraction=0.317"),  # shared GPU: the sweep's share
+        ([], None, None),  # a GPU of its own: no cap
+        (["trainer.gpu_memory_fraction=0.5"], 0.317, None),  # the grid's own cap is kept (it is in config.yaml)
+    ],
+)
+def test_a_run_on_a_shared_gpu_is_capped_at_its_share(tmp_path, monkeypatch, grid, share, cap):
+    (spec,) = plan(CONFIG, grid, 1, tmp_path, "s")
+    seen, real_popen = {}, subprocess.Popen
+
+    def popen(command, env, **kwargs):
+        seen.update(command=command)
+        return real_popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    spec.folder.mkdir(parents=True)
+    process = launch(spec, Slot((0,), "0", share))
+    process.wait()
+    process.log.close()
+    caps = [arg for arg in seen["command"] if arg.startswith("trainer.gpu_memory_fraction=")]
+    assert caps == ([cap] if cap else [])
+
+
 @pytest.mark.parametrize(("slot", "visible", "placement"), [(Slot((0,)), "", "cpu"), (Slot((0,), "2"), "2", "gpu")])
 def test_a_run_sees_its_gpu_or_none(tmp_path, monkeypatch, slot, visible, placement):
     """A CPU slot hides every GPU and says cpu (`auto` once put all of a sweep's CPU runs on GPU 0, in bfloat16);

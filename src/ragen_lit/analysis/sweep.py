@@ -137,12 +137,18 @@ def fit_command(spec: RunSpec, resume: bool) -> list[str]:
     return command + (["trainer.resume=last"] if resume else [])
 
 
+GPU_SHARED_FRACTION = 0.95
+"""of a card's memory, split equally among the runs that share it (the rest: each process's CUDA context)"""
+
+
 @dataclass
 class Slot:
-    """Where one run executes: a set of CPU cores, and a GPU or none."""
+    """Where one run executes: a set of CPU cores, and a GPU or none; `memory_share` is the fraction of that
+    GPU's memory each run gets when several slots share it (None: the run has the card to itself)."""
 
     cores: tuple[int, ...]
     gpu: str | None = None
+    memory_share: float | None = None
 
 
 def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list[Slot]:
@@ -151,7 +157,14 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if devices:
         share = max(len(cores) // len(devices), 1)
-        return [Slot(tuple(cores[i * share : (i + 1) * share]) or tuple(cores), gpu) for i, gpu in enumerate(devices)]
+        return [
+            Slot(
+                tuple(cores[i * share : (i + 1) * share]) or tuple(cores),
+                gpu,
+                round(GPU_SHARED_FRACTION / devices.count(gpu), 3) if devices.count(gpu) > 1 else None,
+            )
+            for i, gpu in enumerate(devices)
+        ]
     count = parallel or max(len(cores) // threads, 1)
     return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
 
@@ -195,6 +208,8 @@ def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
     command = fit_command(spec, resume)
     if slot.gpu is not None:
         command += ["trainer.accelerator=gpu", "trainer.devices=1"]
+        if slot.memory_share is not None and not spec.config.trainer.gpu_memory_fraction:  # a grid's own cap wins
+            command += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
     else:
         command += ["trainer.accelerator=cpu"]
     log = open(spec.folder / LOG_NAME, "a")  # noqa: SIM115 - closed when the process ends (`run_all`)

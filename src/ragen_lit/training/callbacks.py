@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from ragen_lit.agent.trajectory import rollout_metrics
 from ragen_lit.parallel import collectives as dist_utils
-from ragen_lit.training.phase_memory import phase_peak, start_phase
+from ragen_lit.training.gpu_memory import phase_peak, start_phase
 
 
 def _log(trainer, metrics: dict[str, float], step: int) -> None:

@@ -35,7 +35,7 @@ from ragen_lit.envs import make_env
 from ragen_lit.filtering import dynamic_sampling_keep, filter_stats, select_groups, select_trajectories
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.batch import collate, select_rows
-from ragen_lit.training.phase_memory import phase_peak, start_phase
+from ragen_lit.training.gpu_memory import phase_peak, start_phase
 
 log = logging.getLogger(__name__)
 # Dynamic sampling's extra rounds draw their env seeds this far above the first round's (`train_seeds`)
@@ -72,7 +72,7 @@ class RolloutModule(Protocol):
     chat: ChatFormat  # prompt formatting and the tokenizer (rollouts, saved rollouts)
     pad_token_id: int  # pads collated batches and the transformers engine's prompts
     model_path: str  # the weights a vLLM engine loads
-    device: torch.device  # where each phase's peak GPU memory is counted (`training.phase_memory`)
+    device: torch.device  # where each phase's peak GPU memory is counted (`training.gpu_memory`)
 
     def inference_policy(self) -> torch.nn.Module:
         """The model rollouts run on (the engine is built on it and synced from it)."""

@@ -47,6 +47,7 @@ from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, select_rows
 from ragen_lit.training.build_models import build_models
+from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ class AgentRLModule(L.LightningModule):
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
     def on_fit_start(self):
+        cap_process_memory(self.device, self.cfg.trainer.gpu_memory_fraction)
         if self.reference is not None:
             self._reference[0] = self.reference.to(self.device)
 

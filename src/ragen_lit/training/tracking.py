@@ -27,6 +27,7 @@ RUNTIME_KEYS = (
     "trainer.resume",
     "trainer.resume_allow_changes",
     "trainer.threads",
+    "trainer.gpu_memory_fraction",
     "trainer.timeout_minutes",
     "trainer.checkpoint_every",
     "logging.save_rollouts",
