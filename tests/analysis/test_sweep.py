@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 
 from ragen_lit.analysis.sweep import (
     DONE_MARKER,
     Slot,
+    check_devices,
     check_placement,
     expand_grid,
     folder_name,
@@ -170,6 +173,32 @@ def test_a_run_sees_its_gpu_or_none(tmp_path, monkeypatch, slot, visible, placem
     process.log.close()
     assert seen["env"]["CUDA_VISIBLE_DEVICES"] == visible
     assert f"trainer.accelerator={placement}" in seen["command"]
+
+
+@pytest.mark.parametrize(
+    ("devices", "visible", "message"),
+    [
+        (["0"], 0, "--devices 0: this machine has no usable CUDA GPU; drop --devices to run on CPU cores"),
+        (["0", "4"], 4, "--devices 0,4: no GPU '4' here; this machine has 4 (ids 0..3, or GPU UUIDs)"),
+        (["0", "x"], 2, "--devices 0,x: no GPU 'x' here"),
+    ],
+)
+def test_devices_the_machine_lacks_are_refused(devices, visible, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_devices(devices, visible)
+
+
+def test_devices_the_machine_has_pass():
+    check_devices(None, 0)  # CPU runs
+    check_devices(["0", "0", "3"], 4)
+    check_devices(["GPU-d76a64da-1b53-fca2-b1c9-7741648bfaf0"], 1)  # a UUID is CUDA_VISIBLE_DEVICES's business
+
+
+def test_a_sweep_on_gpus_the_machine_lacks_starts_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "--devices", "0", "trainer.iterations=1"]) == 2
+    assert "no usable CUDA GPU" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # no run folder, no config written
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import torch
+
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 
@@ -186,6 +188,26 @@ def check_placement(specs: list[RunSpec], devices: list[str] | None) -> None:
             )
 
 
+def check_devices(devices: list[str] | None, visible: int) -> None:
+    """`--devices` must name GPUs this machine has (`visible`: how many CUDA sees): integer ids below that count,
+    or GPU/MIG UUIDs as CUDA_VISIBLE_DEVICES takes them. Refused before any run starts, naming the bad id."""
+    if not devices:
+        return
+    listed = ",".join(devices)
+    if visible == 0:
+        raise ConfigError(
+            f"--devices {listed}: this machine has no usable CUDA GPU; drop --devices to run on CPU cores"
+        )
+    for device in devices:
+        if device.startswith(("GPU-", "MIG-")):
+            continue
+        if not device.isdigit() or int(device) >= visible:
+            raise ConfigError(
+                f"--devices {listed}: no GPU {device!r} here; this machine has {visible} "
+                f"(ids 0..{visible - 1}, or GPU UUIDs)"
+            )
+
+
 def _child_setup(cores: tuple[int, ...]) -> None:
     """In the run's process before it starts: pin it to its cores, and (Linux) have it killed when the
     sweep dies, so that a restarted sweep never races a run left over from the killed one."""
@@ -269,6 +291,9 @@ def run_sweep(
     root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
     name = name or sweep_name(config, overrides, seeds)
     specs = plan(config, overrides, seeds, root, name)
+    if not print_commands:  # a launcher places printed commands itself
+        check_devices(devices, torch.cuda.device_count())
+        check_placement(specs, devices)
     for spec in specs:
         if status(spec) != "done":
             write_run_config(spec, name, threads)
@@ -276,7 +301,6 @@ def run_sweep(
         for spec in specs:
             print(" ".join(fit_command(spec, resume=False)))
         return 0
-    check_placement(specs, devices)
     pool = slots(parallel, threads, devices)
     points = len({spec.point for spec in specs})
     print(
