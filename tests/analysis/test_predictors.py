@@ -6,7 +6,7 @@ import shutil
 import pytest
 from scipy.stats import t as student_t
 
-from ragen_lit.analysis.predictors import predictor_table, spearman, value_at
+from ragen_lit.analysis.predictors import logged_steps, predictor_table, spearman, value_at
 from ragen_lit.analysis.runs import find_stores, load_runs
 from ragen_lit.cli import main
 
@@ -54,6 +54,20 @@ def test_compare_prints_and_writes_the_predictor_table(sweep, tmp_path, capsys):
     assert "| metric at iteration 2 | Spearman ρ with final val success | p | runs |" in printed
     assert "| token entropy | +0.72 | 0.109 | 6 |" in printed
     assert (out / "predictors.md").read_text() in printed
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [(0, "--predictors-at 0: no run logged the predictors there; they were logged at "), (99, "--predictors-at 99")],
+)
+def test_an_iteration_without_diagnostics_is_refused_with_the_ones_there_are(sweep, tmp_path, capsys, step, message):
+    steps = logged_steps(load_runs(find_stores([sweep])))
+    assert steps and step not in steps
+    copy = shutil.copytree(sweep, tmp_path / "sweep")
+    assert main(["compare", str(copy), "--predictors-at", str(step), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"logged at {', '.join(map(str, steps))}" in err
+    assert not (tmp_path / "out").exists()  # refused before the table, figures or MLflow run
 
 
 def test_compare_names_unfinished_runs_and_can_leave_them_out(sweep, tmp_path, capsys):

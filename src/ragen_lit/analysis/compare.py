@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragen_lit.analysis.plots import write_figures
-from ragen_lit.analysis.predictors import predictor_table, predictors_markdown
+from ragen_lit.analysis.predictors import check_step, predictor_table, predictors_markdown
 from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
@@ -341,6 +341,8 @@ def run_compare(
         names = ", ".join(f"{r.name} ({r.status})" for r in unfinished[:6]) + (" ..." if len(unfinished) > 6 else "")
         verb = "left out (--finished-only)" if finished_only else "in the table with their last logged values"
         print(f"warning: {len(unfinished)} run(s) did not finish, {verb}: {names}", file=sys.stderr)
+    if predictors_at is not None:
+        check_step(runs, predictors_at)
     table = build_table(runs, baseline, choose_columns(metrics, runs))
     text = render(table, fmt)
     sys.stdout.write(text)

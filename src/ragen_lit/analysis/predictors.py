@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from scipy.stats import spearmanr
 
 from ragen_lit.analysis.runs import History, RunRecord
+from ragen_lit.errors import ConfigError
 
 TARGET = "val/success"
 PREDICTORS: tuple[tuple[str, str], ...] = (
@@ -55,6 +56,24 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]
         return math.nan, math.nan, len(pairs)
     result = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
     return float(result.statistic), float(result.pvalue), len(pairs)
+
+
+def logged_steps(runs: Sequence[RunRecord], predictors: Sequence[tuple[str, str]] = PREDICTORS) -> list[int]:
+    """The iterations at which at least one run logged at least one predictor (the diagnostics' iterations)."""
+    return sorted({step for r in runs for _, key in predictors for step, _ in r.metrics.get(key, [])})
+
+
+def check_step(runs: Sequence[RunRecord], step: int, predictors: Sequence[tuple[str, str]] = PREDICTORS) -> None:
+    """`--predictors-at step` must be an iteration some run logged the predictors at; else one line naming the
+    iterations there are (an empty table of 0 runs would say nothing)."""
+    steps = logged_steps(runs, predictors)
+    if not steps:
+        raise ConfigError(
+            f"--predictors-at {step}: none of the runs logged the MI or entropy metrics (diagnostics off?)"
+        )
+    if step not in steps:
+        shown = ", ".join(map(str, steps[:8])) + (", ..." if len(steps) > 8 else "")
+        raise ConfigError(f"--predictors-at {step}: no run logged the predictors there; they were logged at {shown}")
 
 
 def predictor_table(
