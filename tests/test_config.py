@@ -132,11 +132,21 @@ def test_trajectory_level_refuses_a_group_strategy_and_a_zero_share(overrides, m
 
 def test_dynamic_sampling_refuses_groups_of_one_rollout():
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["algo=dapo", "rollout.group_size=1"])
+        load_config(None, ["algo=ppo", "algo.dynamic_sampling=true", "rollout.group_size=1"])
     assert str(err.value) == (
         "algo.dynamic_sampling=true with rollout.group_size=1: a group of one rollout never has reward variance, "
         "so no round could fill the batch; use rollout.group_size >= 2"
     )
+
+
+@pytest.mark.parametrize("algo", ["grpo", "drgrpo", "dapo", "gigpo"])
+def test_group_relative_advantages_refuse_groups_of_one_rollout(algo):
+    """GRPO at 128 prompts x 1 rollout trained on the entropy bonus alone: on FrozenLake the tiny model's entropy
+    rose from 0.3 to 7 nats and its success fell from 31% to 0 in 8 iterations (docs/REPRODUCTION.md (e))."""
+    with pytest.raises(ConfigError, match=r"rollout.group_size=1: a group-relative advantage .* every advantage is 0"):
+        load_config(None, [f"algo={algo}", "rollout.group_size=1"])
+    assert load_config(None, ["algo=ppo", "rollout.group_size=1"]).rollout.group_size == 1  # a critic's baseline
+    assert load_config(None, [f"algo={algo}", "rollout.group_size=2"]).rollout.group_size == 2
 
 
 @pytest.mark.parametrize("command", ["config", "fit"])

@@ -17,7 +17,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragen_lit.algos import ADVANTAGE_ESTIMATORS, KEEP_RATE_SCALINGS, KL_ESTIMATORS, LOSS_AGG_MODES, LR_DECAYS
+from ragen_lit.algos import (
+    ADVANTAGE_ESTIMATORS,
+    KEEP_RATE_SCALINGS,
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    LR_DECAYS,
+    uses_critic,
+)
 from ragen_lit.algos import PRESETS as ALGO_PRESETS
 from ragen_lit.engines import ENGINES, HF_CACHE_MODES
 from ragen_lit.envs import ENV_CLASSES, has_state_key
@@ -392,6 +399,13 @@ def validate(cfg: Config) -> Config:
                 f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
                 "of each group's rollouts kept)"
             )
+    if not uses_critic(cfg.algo.advantage) and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"algo.advantage={cfg.algo.advantage} with rollout.group_size={cfg.rollout.group_size}: a group-relative "
+            "advantage compares a rollout with the rest of its group, so with one rollout every advantage is 0 and "
+            "only the entropy bonus would train the policy (it drifts to high entropy); use rollout.group_size >= 2, "
+            "or algo=ppo (a critic's baseline)"
+        )
     if cfg.algo.dynamic_sampling and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "

@@ -294,11 +294,13 @@ def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
 
 
 def test_all_empty_filter_stops_cleanly(tmp_path, tiny_model_dir):
-    # one rollout per group: every group has zero reward variance, linear top-p keeps nothing
+    # one rollout per group: every group has zero reward variance, linear top-p keeps nothing (PPO: a group
+    # of one has no group-relative advantage, so GRPO refuses it)
     summary = fit(
         _cfg(
             tmp_path,
             tiny_model_dir,
+            "algo=ppo",
             "rollout.group_size=1",
             "trainer.iterations=10",
             "filter.empty_stop_steps=2",
