@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -159,11 +160,12 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if devices:
         share = max(len(cores) // len(devices), 1)
+        runs_on = Counter(devices)  # runs sharing each GPU
         return [
             Slot(
                 tuple(cores[i * share : (i + 1) * share]) or tuple(cores),
                 gpu,
-                round(GPU_SHARED_FRACTION / devices.count(gpu), 3) if devices.count(gpu) > 1 else None,
+                round(GPU_SHARED_FRACTION / runs_on[gpu], 3) if runs_on[gpu] > 1 else None,
             )
             for i, gpu in enumerate(devices)
         ]

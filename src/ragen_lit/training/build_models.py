@@ -18,8 +18,8 @@ from ragen_lit.models.critic import Critic
 def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic | None]:
     """(policy, critic); the critic is None for advantages that need none (`algos.uses_critic`)."""
     m, lora = cfg.model, cfg.model.lora
-    device = cfg.trainer.accelerator  # `model.dtype=auto` depends on it
-    policy = load_policy(model_path, m.dtype, m.attention, device)
+    accelerator = cfg.trainer.accelerator  # `model.dtype=auto` depends on it
+    policy = load_policy(model_path, m.dtype, m.attention, accelerator)
     if m.gradient_checkpointing:
         # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
         # grad, and a reentrant checkpoint would then give the adapters inside it none either
@@ -28,7 +28,7 @@ def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic 
         else:
             policy.gradient_checkpointing_enable()
     critic = (
-        load_critic(m.critic_path or model_path, m.dtype, m.attention, device)
+        load_critic(m.critic_path or model_path, m.dtype, m.attention, accelerator)
         if uses_critic(cfg.algo.advantage)
         else None
     )

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -63,6 +64,17 @@ def plan_minibatches(
         order = torch.randperm(num_kept, generator=generator).tolist()
         plan.extend(order[i : i + size] for i in range(0, num_kept, size))
     return plan
+
+
+@contextmanager
+def measured(timings: dict[str, float], phase: str, device: torch.device):
+    """Time the block into `timings["time/<phase>_s"]` and, on a GPU, its allocation peak into
+    `timings["memory/<phase>_peak_gib"]` (`training.gpu_memory`)."""
+    started = time.perf_counter()
+    start_phase(device)
+    yield
+    timings[f"time/{phase}_s"] = time.perf_counter() - started
+    timings.update(phase_peak(device, phase))
 
 
 class RolloutModule(Protocol):
@@ -161,19 +173,13 @@ class RolloutDataModule(L.LightningDataModule):
             return DataLoader([{"empty": torch.tensor(True)}], batch_size=None, shuffle=False, collate_fn=lambda x: x)
         self.rolled_out = iteration
         timings = {}
-        t0 = time.perf_counter()
-        start_phase(module.device)
-        trajectories, sampled, sampling_metrics = self.sample(module, iteration)
-        timings["time/generation_s"] = time.perf_counter() - t0
-        timings.update(phase_peak(module.device, "generation"))
+        with measured(timings, "generation", module.device):
+            trajectories, sampled, sampling_metrics = self.sample(module, iteration)
         # every generated rollout (all rounds: each draws fresh prompts) describes the policy, before selection
         metrics = {**rollout_metrics(trajectories), **sampling_metrics}
 
-        t1 = time.perf_counter()
-        start_phase(module.device)
-        metrics.update(module.collapse_diagnostics(trajectories, iteration))
-        timings["time/diagnostics_s"] = time.perf_counter() - t1
-        timings.update(phase_peak(module.device, "diagnostics"))
+        with measured(timings, "diagnostics", module.device):
+            metrics.update(module.collapse_diagnostics(trajectories, iteration))
         if cfg.logging.save_rollouts and self.run_dir is not None:
             save_rollouts(
                 self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer
@@ -189,12 +195,9 @@ class RolloutDataModule(L.LightningDataModule):
         plan: list[list[int]] = []
         batch = None
         if kept:
-            t2 = time.perf_counter()
-            start_phase(module.device)
-            batch = collate(kept, module.pad_token_id, turn_level_rewards=cfg.algo.turn_level_rewards)
-            metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
-            timings["time/prepare_s"] = time.perf_counter() - t2
-            timings.update(phase_peak(module.device, "prepare"))
+            with measured(timings, "prepare", module.device):
+                batch = collate(kept, module.pad_token_id, turn_level_rewards=cfg.algo.turn_level_rewards)
+                metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
             generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
             plan = plan_minibatches(
                 len(kept),
