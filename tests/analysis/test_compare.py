@@ -108,6 +108,9 @@ def test_metric_choice(runs):
     assert [c.key for c in columns] == ["kept_ratio", "rollout/success:max"]
     # max rollout/success of base seed 1 = 0.9 + 0.1 = 1.0
     assert row(build_table(runs, columns=columns), BASE).values["rollout/success:max"][1] == pytest.approx(1.0)
+    # steady-state step time: iteration 0 (10 s, the warm-up) left out of mean(10, 20)
+    steady = choose_columns(["time/iteration_s:mean_after_first"], runs)
+    assert row(build_table(runs, columns=steady), BASE).cells["time/iteration_s:mean_after_first"].mean == 20.0
     for bad in ("nope", "rollout/success:median"):
         with pytest.raises(ConfigError, match=f"unknown metric '{bad}'"):
             choose_columns([bad], runs)

@@ -45,11 +45,19 @@ def _mean_last3(values: list[float]) -> float:
     return sum(values[-3:]) / len(values[-3:])
 
 
+def _mean_after_first(values: list[float]) -> float:
+    """The steady-state mean: every value but the first (a run's first iteration pays its warm-up: CUDA graph
+    capture, compilation), or the only value of a one-iteration run."""
+    rest = values[1:] or values
+    return sum(rest) / len(rest)
+
+
 REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "last": _last,
     "max": max,
     "mean": lambda v: sum(v) / len(v),
     "mean_last3": _mean_last3,
+    "mean_after_first": _mean_after_first,
 }
 
 
