@@ -367,7 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("--baseline", help="the point to difference against (default: one with strategy=none)")
     p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
     p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
-    p_cmp.add_argument("--metrics", nargs="+", help="columns to show: column names or logged keys[:last|max|mean|mean_last3|mean_after_first]")
+    p_cmp.add_argument(
+        "--metrics",
+        nargs="+",
+        help="columns to show: column names or logged keys[:last|max|mean|mean_last3|mean_after_first]",
+    )
     p_cmp.add_argument(
         "--finished-only",
         action="store_true",

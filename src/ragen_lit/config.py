@@ -255,6 +255,11 @@ class OptimConfig:
     """learning-rate multiplier reached at the end of the decay"""
     num_minibatches: int = checked(4, ge=1)
     """optimizer steps per epoch over the rollouts (128 rollouts / 4 = mini-batch 32)"""
+    old_logprobs_from_update: bool = True
+    """when an iteration takes one optimizer step (algo.ppo_epochs=1, optim.num_minibatches=1), the update's own
+    log-probs, detached, serve as the old log-probs: every micro-batch runs before that step, at the weights the
+    rollouts were sampled with, so the PPO ratio is exactly 1 as it is (up to rounding) with a separate pass, and
+    prepare skips one policy forward over the batch. false: the separate pass always"""
     micro_batch_size: int = checked(8, ge=1)
     """sequences per forward/backward inside a mini-batch (memory knob)"""
     micro_batch_tokens: int = checked(0, ge=0)

@@ -134,3 +134,24 @@ def test_data_parallel_lora_update_equals_single_process_update(tmp_path, tiny_m
     path = tmp_path / "expected.pt"
     torch.save(expected, path)
     mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path), ("ppo",), LORA), nprocs=2, join=True)
+
+
+# one optimizer step per iteration: each rank's update computes its own old log-probs (optim.old_logprobs_from_update)
+ONE_STEP = ("optim.num_minibatches=1",)
+
+
+def test_data_parallel_update_with_its_own_old_logprobs_equals_a_separate_pass(tmp_path, tiny_model_dir, free_port):
+    """Each rank's update scores its old log-probs itself (split B: a rank without rows joins with none), and the
+    advantages and weights after equal the single process's with the separate prepare pass."""
+    import torch.multiprocessing as mp
+
+    presets = ("ppo", "grpo")
+    expected = {}
+    for preset in presets:
+        assert _module(tiny_model_dir, preset, ONE_STEP).old_logprobs_in_update
+        separate = _module(tiny_model_dir, preset, (*ONE_STEP, "optim.old_logprobs_from_update=false"))
+        expected["raw"] = _raw_batch(separate.pad_token_id, separate.policy.config.vocab_size)
+        expected[preset] = _run(separate, expected["raw"])
+    path = tmp_path / "expected.pt"
+    torch.save(expected, path)
+    mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path), presets, ONE_STEP), nprocs=2, join=True)

@@ -121,6 +121,65 @@ def test_padding_free_micro_batches_prepare_and_update_as_padded_ones(tiny_model
             torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algo=ppo", "algo.kl_coef=0.1"],  # prepare still runs the reference and the critic
+        ["algo=grpo", "algo.entropy_coef=0", "algo.kl_coef=0"],  # prepare runs no model at all
+    ],
+    ids=["ppo-kl", "grpo-bare"],
+)
+def test_old_logprobs_from_the_update_train_as_a_separate_pass_does(tiny_model_dir, tmp_path, overrides):
+    """`optim.old_logprobs_from_update` with one optimizer step per iteration: prepare skips the policy pass, and
+    the update's gradients, losses, entropy and log-prob gap equal those with the separate pass (fp32)."""
+    module, batch = _module_and_batch(tiny_model_dir, tmp_path, [*overrides, "optim.num_minibatches=1"])
+    module.cfg.optim.micro_batch_size = 3  # several micro-batches before the one step
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+    grads, step = [], module._step
+    scored_policy, logprobs = [], module._logprobs
+
+    def spy(optimizer, model, name):
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+        step(optimizer, model, name)
+
+    def counting(model, micro, with_entropy=False):
+        if model is module.policy:  # not the KL reference
+            scored_policy.append(torch.is_grad_enabled())
+        return logprobs(model, micro, with_entropy=with_entropy)
+
+    module._step, module._logprobs = spy, counting
+    runs = []
+    for from_update in (False, True):
+        module.load_state_dict(state)
+        module.cfg.optim.old_logprobs_from_update = from_update
+        assert module.old_logprobs_in_update is from_update
+        scored_policy.clear()
+        prepared = {k: v.clone() for k, v in batch.items()}
+        metrics = module.prepare_batch(prepared, keep_ratio=1.0)
+        assert ("old_logprobs" in prepared) is not from_update
+        assert (False in scored_policy) is not from_update  # no gradient-free policy pass in prepare
+        optimizers, schedulers = module.configure_optimizers()
+        module.update(prepared, optimizers, schedulers)
+        runs.append({**metrics, **module.pop_step_stats()})
+    separate, own = runs
+    assert own.keys() == separate.keys()
+    for key in separate:
+        assert own[key] == pytest.approx(separate[key], abs=1e-6), key
+    assert separate["actor/entropy"] > 0 and "rollout/logprob_gap" in separate  # measured, in both runs
+    half = len(grads) // 2
+    for got, want in zip(grads[half:], grads[:half]):
+        assert got.keys() == want.keys() and len(want) > 0
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_old_logprobs_come_from_prepare_when_the_iteration_takes_several_steps(tiny_model_dir, tmp_path):
+    module, batch = _module_and_batch(tiny_model_dir, tmp_path, ["optim.num_minibatches=2"])
+    assert module.cfg.optim.old_logprobs_from_update and not module.old_logprobs_in_update
+    metrics = module.prepare_batch(batch, keep_ratio=1.0)
+    assert "old_logprobs" in batch and "actor/entropy" in metrics and "rollout/logprob_gap" in metrics
+
+
 def test_the_learning_rate_follows_the_configured_decay_over_the_planned_steps(tiny_model_dir, tmp_path):
     cfg = load_config(
         ROOT / "conf" / "frozenlake.yaml",

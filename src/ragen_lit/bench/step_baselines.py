@@ -115,8 +115,9 @@ def hf_generate(
 
 @torch.no_grad()
 def prepare_split(module: AgentRLModule, trajectories, clock: Clock) -> dict[str, float]:
-    """`prepare_batch`'s model passes one by one on the same batch: old log-probs (with entropy), a
-    reference-style pass (log-probs only; unused at kl_coef=0) and the critic's values."""
+    """`prepare_batch`'s model passes one by one on the same batch: old log-probs (with entropy; not when the
+    update computes them, `old_logprobs_in_update`), a reference-style pass (log-probs only; unused at kl_coef=0)
+    and the critic's values."""
     batch = collate(trajectories, module.pad_token_id)
     batch = {k: v.to(module.device) for k, v in batch.items()}
     cfg = module.cfg
@@ -141,6 +142,8 @@ def prepare_split(module: AgentRLModule, trajectories, clock: Clock) -> dict[str
             compile_head=compiled,
         ),
     }
+    if module.old_logprobs_in_update:
+        del passes["old_logprobs"]
     if module.critic is not None:
         passes["values"] = lambda m: module.critic(m["input_ids"], m["attention_mask"])
     for name, run in passes.items():

@@ -44,7 +44,11 @@ def format_table(res: dict) -> str:
             f"{t['generation_tokens_per_s']:.0f} sampled tokens/s; peak {mem.get('generation', 0):.1f} GiB",
         ),
         row("prepare_batch (total)", s["prepare_s"], f"peak {mem.get('prepare', 0):.1f} GiB"),
-        row("- old log-probs (+entropy)", s.get("old_logprobs_s", float("nan")), "re-measured, same calls"),
+        row(
+            "- old log-probs (+entropy)",
+            s.get("old_logprobs_s", 0.0),
+            "re-measured, same calls" if "old_logprobs_s" in s else "none: the update's own (one optimizer step)",
+        ),
         row(
             "- ref log-probs", 0.0, f"kl_coef=0: no reference; if enabled {s.get('ref_logprobs_s', float('nan')):.3f} s"
         ),

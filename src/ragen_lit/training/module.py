@@ -60,6 +60,16 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
+def _scored_sums(
+    entropy: torch.Tensor, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """`[3]` float64: a micro-batch's sums over its scored tokens of the entropy and of |engine − trainer| log-prob,
+    and their count (`prepare_batch`'s `actor/entropy` and `rollout/logprob_gap` are these sums' ratios)."""
+    mask = micro["loss_mask"].bool()
+    gap = (sample_logprobs.double() - old_logprobs.double()).abs()
+    return torch.stack([entropy.double()[mask].sum(), gap[mask].sum(), mask.sum().double()])
+
+
 def _no_rows(device: torch.device) -> dict[str, torch.Tensor]:
     """An empty batch (no rows, one token position) with the keys `estimate_advantages` reads."""
     tokens, flags = torch.zeros(0, 1, device=device), torch.zeros(0, 1, dtype=torch.bool, device=device)
@@ -204,7 +214,10 @@ class AgentRLModule(L.LightningModule):
         """`rollout/logprob_gap`: mean |engine log-prob − trainer log-prob| of the sampled tokens. Both
         score the same weights at the same temperature, so it is numerical noise (~1e-2 in bf16) unless
         the engine computes with weights the trainer no longer has (a partial or missed sync)."""
-        gap = mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool())
+        return self._checked_logprob_gap(mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool()))
+
+    def _checked_logprob_gap(self, gap: float) -> float:
+        """`gap`, after warning once when it is larger than numerical noise."""
         if gap > LOGPROB_GAP_WARNING and not self._warned_logprob_gap:
             log.warning(
                 "rollout/logprob_gap=%.3f: the rollout engine (%s) and the trainer disagree on the sampled tokens' "
@@ -233,21 +246,35 @@ class AgentRLModule(L.LightningModule):
         """The critic's values [B, T] of a micro-batch (padding-free under `optim.padding_free`)."""
         return self.critic(batch["input_ids"], batch["attention_mask"], packed=self.cfg.optim.padding_free)
 
+    @property
+    def old_logprobs_in_update(self) -> bool:
+        """The update computes the old log-probs itself (`optim.old_logprobs_from_update`, and the iteration takes
+        one optimizer step, so every micro-batch is scored at the weights the rollouts were sampled with)."""
+        o = self.cfg.optim
+        return o.old_logprobs_from_update and self.cfg.algo.ppo_epochs == 1 and o.num_minibatches == 1
+
     @torch.no_grad()
-    def prepare_batch(self, batch: dict[str, torch.Tensor] | None, keep_ratio: float) -> dict[str, float]:
+    def prepare_batch(
+        self, batch: dict[str, torch.Tensor] | None, keep_ratio: float, old_logprobs: bool | None = None
+    ) -> dict[str, float]:
         """Adds `old_logprobs`, `ref_logprobs`, `values`, `returns`, `advantages` to `batch` (in place,
         moved to this module's device) and returns iteration metrics. `batch=None`: this rank kept
         nothing; it still joins the other ranks' collectives (under FSDP their sharded forwards, and the
-        whitening sums), and returns no metrics."""
+        whitening sums), and returns no metrics. `old_logprobs`: score the policy here (default: unless
+        `old_logprobs_in_update`, which leaves `old_logprobs`, the entropy and the log-prob gap to the update)."""
         if batch is not None:
             for k in list(batch):
                 batch[k] = batch[k].to(self.device)
+        score_policy = not self.old_logprobs_in_update if old_logprobs is None else old_logprobs
         parts = defaultdict(list)
         was_training = self.policy.training
         self.policy.eval()
-        for micro, real in self._micro_batches(batch):
-            lp = self._logprobs(self.policy, micro, with_entropy=True)
-            scored = {"old_logprobs": lp.logprobs, "entropy": lp.entropy}
+        needs_pass = score_policy or self.cfg.algo.kl_coef > 0 or self.critic is not None
+        for micro, real in self._micro_batches(batch) if needs_pass else ():
+            scored = {}
+            if score_policy:
+                lp = self._logprobs(self.policy, micro, with_entropy=True)
+                scored = {"old_logprobs": lp.logprobs, "entropy": lp.entropy}
             if self.cfg.algo.kl_coef > 0:
                 scored["ref_logprobs"] = self._reference_logprobs(micro)
             if self.critic is not None:
@@ -256,7 +283,7 @@ class AgentRLModule(L.LightningModule):
                 if real:  # a lock-step dummy's outputs are dropped
                     parts[k].append(v)
         self.policy.train(was_training)
-        if self.sharded:
+        if self.sharded and needs_pass:
             self._fsdp.reshard()
         if batch is None:
             # whitening sums over all ranks' rows: this rank adds its (empty) share, or the others would wait
@@ -265,16 +292,14 @@ class AgentRLModule(L.LightningModule):
         mask = batch["loss_mask"]
         for k, v in parts.items():
             batch[k] = merge_micro_batches(v, batch)
-        entropy = batch.pop("entropy")
         advantages, returns = self._estimate_advantages(batch)
         if returns is not None:
             batch["returns"] = returns
         batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, self.cfg.filter.advantage_scaling)
-        metrics = {
-            "actor/entropy": _masked_mean(entropy, mask),
-            "rollout/logprob_gap": self._logprob_gap(batch["sample_logprobs"], batch["old_logprobs"], mask),
-            "actor/advantage_mean": _masked_mean(batch["advantages"], mask),
-        }
+        metrics = {"actor/advantage_mean": _masked_mean(batch["advantages"], mask)}
+        if score_policy:
+            metrics["actor/entropy"] = _masked_mean(batch.pop("entropy"), mask)
+            metrics["rollout/logprob_gap"] = self._logprob_gap(batch["sample_logprobs"], batch["old_logprobs"], mask)
         if self.critic is not None:
             metrics["critic/value_mean"] = _masked_mean(batch["values"], mask)
         if self.cfg.algo.advantage == "gigpo":
@@ -336,7 +361,7 @@ class AgentRLModule(L.LightningModule):
         K = self.cfg.rollout.group_size
         rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64).view(-1, K)
         batch = collate(trajectories, self.pad_token_id, turn_level_rewards=self.cfg.algo.turn_level_rewards)
-        self.prepare_batch(batch, keep_ratio=1.0)
+        self.prepare_batch(batch, keep_ratio=1.0, old_logprobs=True)  # the norms' PPO loss reads them
         norms = self.gradient_bucket_norms(batch, row_buckets(rewards, self.cfg.filter.score), NUM_BUCKETS)
         return {**norms, **bucket_reward_variance(rewards, self.cfg.filter.score)}
 
@@ -386,17 +411,23 @@ class AgentRLModule(L.LightningModule):
         totals = {"num_tokens": num_tokens.clamp(min=1), "num_seqs": num_seqs.clamp(min=1)}
         settings = self._loss_settings()
         pg_total = 0.0
+        from_update = self.old_logprobs_in_update
+        entropy_bonus = self.cfg.algo.entropy_coef > 0
+        scored_sums = []  # with `from_update`: per micro-batch (entropy, |engine - trainer| log-prob, tokens) sums
         for micro, real in self._micro_batches(minibatch):
-            lp = self._logprobs(self.policy, micro, with_entropy=self.cfg.algo.entropy_coef > 0)
+            lp = self._logprobs(self.policy, micro, with_entropy=entropy_bonus or from_update)
             if not real:
                 self.manual_backward(zero_loss(lp))
                 continue
+            old_logprobs = micro["old_logprobs"] if not from_update else lp.logprobs.detach()
+            if from_update:
+                scored_sums.append(_scored_sums(lp.entropy.detach(), micro["sample_logprobs"], old_logprobs, micro))
             loss, stats = actor_loss(
                 lp.logprobs,
                 micro["loss_mask"],
-                old_logprobs=micro["old_logprobs"],
+                old_logprobs=old_logprobs,
                 advantages=micro["advantages"],
-                entropy=lp.entropy,
+                entropy=lp.entropy if entropy_bonus else None,
                 ref_logprobs=micro.get("ref_logprobs"),
                 **settings,
                 **totals,
@@ -407,6 +438,10 @@ class AgentRLModule(L.LightningModule):
             self.manual_backward(loss)
         if minibatch is not None:
             self._record("actor/pg_loss", pg_total)
+        if scored_sums:  # what prepare would have logged, over the same rows
+            entropy_sum, gap_sum, tokens = torch.stack(scored_sums).sum(0)
+            self._record("actor/entropy", entropy_sum / tokens.clamp(min=1))
+            self._record("rollout/logprob_gap", self._checked_logprob_gap(float(gap_sum / tokens.clamp(min=1))))
         self._step(optimizers[0], self.policy, "actor")
         schedulers[0].step()
         if self.critic is not None:
