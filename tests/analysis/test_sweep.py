@@ -20,12 +20,14 @@ from ragen_lit.analysis.sweep import (
     Slot,
     check_devices,
     check_placement,
+    exit_reason,
     expand_grid,
     folder_name,
     launch,
     plan,
     point_label,
     slots,
+    status,
     sweep_name,
 )
 from ragen_lit.cli import main
@@ -152,6 +154,33 @@ def test_a_run_on_a_shared_gpu_is_capped_at_its_share(tmp_path, monkeypatch, gri
     process.log.close()
     caps = [arg for arg in seen["command"] if arg.startswith("trainer.gpu_memory_fraction=")]
     assert caps == ([cap] if cap else [])
+
+
+def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypatch):
+    """A run that failed before its first checkpoint starts clean (its MLflow store and run folder go), but its
+    log stays and the new attempt appends to it: the reason it failed is not lost."""
+    (spec,) = plan(CONFIG, [], 1, tmp_path, "s")
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda command, env, **kw: real_popen([sys.executable, "-c", "pass"]))
+    spec.folder.mkdir(parents=True)
+    (spec.folder / "config.yaml").write_text("kept: yes\n")
+    (spec.folder / "sweep.log").write_text("$ fit ...\nSegmentation fault")  # no final newline, as a crash leaves it
+    (spec.folder / "mlruns.db").write_text("half a run")
+    (spec.folder / "frozenlake-grpo-top_p0.9-20261127").mkdir()
+    assert status(spec) != "resume"  # no checkpoint: nothing to resume
+    process = launch(spec, Slot((0,)))
+    process.wait()
+    process.log.close()
+    assert sorted(p.name for p in spec.folder.iterdir()) == ["config.yaml", "sweep.log"]
+    log = (spec.folder / "sweep.log").read_text().splitlines()
+    assert log[:2] == ["$ fit ...", "Segmentation fault"] and log[2].startswith("$ ")
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"), [(0, "exit 0"), (1, "exit 1"), (-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL")]
+)
+def test_a_failed_runs_exit_is_named(code, reason):
+    assert exit_reason(code) == reason
 
 
 @pytest.mark.parametrize(("slot", "visible", "placement"), [(Slot((0,)), "", "cpu"), (Slot((0,), "2"), "2", "gpu")])

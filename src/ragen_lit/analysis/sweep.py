@@ -224,8 +224,8 @@ def _child_setup(cores: tuple[int, ...]) -> None:
 def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
     resume = status(spec) == "resume"
     if not resume and spec.folder.exists():  # an attempt that never reached a checkpoint: start clean
-        for child in spec.folder.iterdir():
-            if child.name != "config.yaml":
+        for child in spec.folder.iterdir():  # but keep its log: why it failed is in there, the new attempt appends
+            if child.name not in ("config.yaml", LOG_NAME):
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     # a GPU slot sees its GPU only; a CPU slot sees none (else `auto` would stack every CPU run on GPU 0)
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
@@ -245,6 +245,16 @@ def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
     )
     process.log = log  # type: ignore[attr-defined]
     return process
+
+
+def exit_reason(returncode: int) -> str:
+    """`exit 1`, or for a run killed by a signal its name (`killed by SIGSEGV`; Popen gives -signal)."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
 
 
 def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
@@ -269,7 +279,8 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
                 say(f"done    {spec.point} seed {spec.seed} ({seconds:.0f} s)")
             else:
                 counts["failed"] += 1
-                say(f"FAILED  {spec.point} seed {spec.seed} (exit {process.returncode}; see {spec.folder / LOG_NAME})")
+                reason = exit_reason(process.returncode)
+                say(f"FAILED  {spec.point} seed {spec.seed} ({reason}; see {spec.folder / LOG_NAME})")
     return counts
 
 
