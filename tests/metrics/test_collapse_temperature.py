@@ -1,7 +1,8 @@
-"""The online diagnostics score reasonings at the rollout temperature they were sampled at."""
+"""The online diagnostics score reasonings at the rollout temperature they were sampled at, and time each scope."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import torch
@@ -11,11 +12,12 @@ from ragen_lit.metrics import collapse
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 
 
-def test_maybe_compute_passes_the_rollout_temperature_to_the_cross_scorer(monkeypatch):
-    seen = []
+def _diagnostics(monkeypatch, seen, sleep=()):
+    """`maybe_compute` over 3 one-turn trajectories with a fake scorer (the i-th call sleeps `sleep[i]` seconds)."""
 
     def fake_cross_score(policy, prompts, reasonings, **kwargs):
         seen.append(kwargs["temperature"])
+        time.sleep(sleep[len(seen) - 1] if len(seen) <= len(sleep) else 0)
         scores = torch.eye(len(reasonings), len(prompts))
         return scores, scores
 
@@ -25,5 +27,16 @@ def test_maybe_compute_passes_the_rollout_temperature_to_the_cross_scorer(monkey
     chat = SimpleNamespace(encode=lambda text: [5, 6], tokenizer=SimpleNamespace(pad_token_id=0))
     policy = torch.nn.Linear(1, 1)
     cfg = DiagnosticsConfig(every_n_iterations=1, num_samples=3, max_tokens_per_forward=64)
-    CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)
+    return CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)
+
+
+def test_maybe_compute_passes_the_rollout_temperature_to_the_cross_scorer(monkeypatch):
+    seen = []
+    _diagnostics(monkeypatch, seen)
     assert seen == [0.7, 0.7]  # first-turn and trajectory scopes
+
+
+def test_each_scope_logs_the_seconds_it_took(monkeypatch):
+    out = _diagnostics(monkeypatch, [], sleep=(0.0, 0.2))  # the trajectory scope's scoring is the slow one
+    assert 0.2 <= out["collapse/trajectory/seconds"] < 5
+    assert 0 <= out["collapse/first_turn/seconds"] < 0.2

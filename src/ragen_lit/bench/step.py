@@ -121,6 +121,7 @@ class PipelineProbe(L.Callback):
         self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
         self.epoch_ends: dict[int, float] = {}
         self.reasoning_tokens: list[int] = []
+        self.scope_seconds: dict[str, float] = {}  # per diagnostics scope, its last computation's seconds
         run_rollouts, diagnostics, prepare = data.run_rollouts, module.collapse_diagnostics, module.prepare_batch
 
         def epoch() -> int:
@@ -138,7 +139,10 @@ class PipelineProbe(L.Callback):
                     len(module.chat.encode(turn.reasoning)) for t in trajectories for turn in t.turns
                 ]
             with clock.phase("diagnostics", epoch()):
-                return diagnostics(trajectories, iteration)
+                values = diagnostics(trajectories, iteration)
+            if values:  # the diagnostics iteration: where its time went, scope by scope
+                self.scope_seconds = {k.split("/")[1]: v for k, v in values.items() if k.endswith("/seconds")}
+            return values
 
         def timed_prepare(batch, keep_ratio):
             with clock.phase("prepare", epoch()):
@@ -313,6 +317,7 @@ def _run(args, save, folder: str) -> dict:
             "prepare_s": mean["prepare"],
             "diagnostics_iteration_s": diagnostics_s,
             "diagnostics_amortised_s": amortised,
+            **{f"diagnostics_{scope}_s": seconds for scope, seconds in probe.scope_seconds.items()},
             "update_s": mean["update"],
             "other_s": mean["other"],
             "step_s": step_s,

@@ -56,7 +56,13 @@ def format_table(res: dict) -> str:
         row(
             f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})",
             s["diagnostics_amortised_s"],
-            f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s; peak {mem.get('diagnostics', 0):.1f} GiB",
+            f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s"
+            + "".join(
+                f", {scope} scope {s[f'diagnostics_{scope}_s']:.3f} s"
+                for scope in ("first_turn", "trajectory")
+                if f"diagnostics_{scope}_s" in s
+            )
+            + f"; peak {mem.get('diagnostics', 0):.1f} GiB",
         ),
         row(
             "update (actor + critic)",

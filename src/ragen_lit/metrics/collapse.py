@@ -18,6 +18,7 @@ reduced over ranks) are those of one process on all the rollouts.
 from __future__ import annotations
 
 import random
+import time
 from typing import NamedTuple
 
 import torch
@@ -143,13 +144,11 @@ class CollapseDiagnostics(nn.Module):
             if self.cfg.trajectory:
                 scopes.append(("trajectory", self.trajectory, trajectory_pairs(candidates, self.cfg.num_samples, rng)))
             for name, metric, pairs in scopes:
+                started = time.perf_counter()
+                scored = self._score(policy, chat, metric, pairs, local, temperature)  # ends on the host (.cpu())
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
-                out.update(
-                    {
-                        f"collapse/{name}/{k.replace('@', '_at')}": v
-                        for k, v in self._score(policy, chat, metric, pairs, local, temperature).items()
-                    }
-                )
+                out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in scored.items()})
+                out[f"collapse/{name}/seconds"] = time.perf_counter() - started  # where the diagnostics time goes
         finally:
             policy.train(was_training)
         return out
