@@ -176,6 +176,31 @@ def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypa
     assert log[:2] == ["$ fit ...", "Segmentation fault"] and log[2].startswith("$ ")
 
 
+def test_a_crashed_run_is_reported_and_the_same_command_retries_it(tmp_path, monkeypatch, capsys):
+    """One run dies of a segmentation fault: the sweep names the signal, says how to retry and fails; run again it
+    skips the finished run, retries the crashed one, and that run's log keeps both attempts."""
+    from ragen_lit.analysis import sweep as sweep_module
+
+    crash = {"filter.strategy=top_p": True}
+
+    def fake_fit(spec, resume):
+        code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)" if crash.get(spec.point) else "pass"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(sweep_module, "fit_command", fake_fit)
+    args = (CONFIG, ["filter.strategy=none,top_p"])
+    options = {"parallel": 1, "out": str(tmp_path), "name": "s"}
+    assert sweep_module.run_sweep(*args, **options) == 1
+    out = capsys.readouterr().out
+    assert "FAILED  filter.strategy=top_p seed 0 (killed by SIGSEGV;" in out
+    assert "1 finished, 0 already done, 1 failed" in out and "the same command again retries the failed runs" in out
+    crash.clear()
+    assert sweep_module.run_sweep(*args, **options) == 0
+    assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out
+    log = (tmp_path / "s" / "filter.strategy-top_p-seed0" / "sweep.log").read_text()
+    assert log.count("$ ") == 2  # both attempts' commands, the crashed one first
+
+
 @pytest.mark.parametrize(
     ("code", "reason"), [(0, "exit 0"), (1, "exit 1"), (-11, "killed by SIGSEGV"), (-9, "killed by SIGKILL")]
 )

@@ -325,4 +325,6 @@ def run_sweep(
         f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
         f"compare them with: python -m ragen_lit compare {root / name}"
     )
+    if counts["failed"]:
+        print(f"sweep {name}: the same command again retries the failed runs (finished runs are skipped)")
     return 1 if counts["failed"] else 0
