@@ -141,7 +141,10 @@ class PipelineProbe(L.Callback):
             with clock.phase("diagnostics", epoch()):
                 values = diagnostics(trajectories, iteration)
             if values:  # the diagnostics iteration: where its time went, scope by scope
-                self.scope_seconds = {k.split("/")[1]: v for k, v in values.items() if k.endswith("/seconds")}
+                scopes = ("first_turn", "trajectory")
+                self.scope_seconds = {
+                    s: values[f"time/diagnostics_{s}_s"] for s in scopes if f"time/diagnostics_{s}_s" in values
+                }
             return values
 
         def timed_prepare(batch, keep_ratio):

@@ -148,7 +148,8 @@ class CollapseDiagnostics(nn.Module):
                 scored = self._score(policy, chat, metric, pairs, local, temperature)  # ends on the host (.cpu())
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
                 out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in scored.items()})
-                out[f"collapse/{name}/seconds"] = time.perf_counter() - started  # where the diagnostics time goes
+                # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
+                out[f"time/diagnostics_{name}_s"] = time.perf_counter() - started
         finally:
             policy.train(was_training)
         return out
