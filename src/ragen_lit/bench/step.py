@@ -121,7 +121,7 @@ class PipelineProbe(L.Callback):
         self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
         self.epoch_ends: dict[int, float] = {}
         self.reasoning_tokens: list[int] = []
-        self.scope_seconds: dict[str, float] = {}  # per diagnostics scope, its last computation's seconds
+        self.scope_seconds: dict[str, float] = {}  # diagnostics_<scope>_s: the last diagnostics' seconds per scope
         run_rollouts, diagnostics, prepare = data.run_rollouts, module.collapse_diagnostics, module.prepare_batch
 
         def epoch() -> int:
@@ -141,10 +141,7 @@ class PipelineProbe(L.Callback):
             with clock.phase("diagnostics", epoch()):
                 values = diagnostics(trajectories, iteration)
             if values:  # the diagnostics iteration: where its time went, scope by scope
-                scopes = ("first_turn", "trajectory")
-                self.scope_seconds = {
-                    s: values[f"time/diagnostics_{s}_s"] for s in scopes if f"time/diagnostics_{s}_s" in values
-                }
+                self.scope_seconds = {k.removeprefix("time/"): v for k, v in values.items() if k.startswith("time/")}
             return values
 
         def timed_prepare(batch, keep_ratio):
@@ -320,7 +317,7 @@ def _run(args, save, folder: str) -> dict:
             "prepare_s": mean["prepare"],
             "diagnostics_iteration_s": diagnostics_s,
             "diagnostics_amortised_s": amortised,
-            **{f"diagnostics_{scope}_s": seconds for scope, seconds in probe.scope_seconds.items()},
+            **probe.scope_seconds,  # diagnostics_<scope>_s
             "update_s": mean["update"],
             "other_s": mean["other"],
             "step_s": step_s,

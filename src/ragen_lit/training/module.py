@@ -60,16 +60,6 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     return float((values * mask).sum() / mask.sum().clamp(min=1))
 
 
-def _scored_sums(
-    entropy: torch.Tensor, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: dict[str, torch.Tensor]
-) -> torch.Tensor:
-    """`[3]` float64: a micro-batch's sums over its scored tokens of the entropy and of |engine − trainer| log-prob,
-    and their count (`prepare_batch`'s `actor/entropy` and `rollout/logprob_gap` are these sums' ratios)."""
-    mask = micro["loss_mask"].bool()
-    gap = (sample_logprobs.double() - old_logprobs.double()).abs()
-    return torch.stack([entropy.double()[mask].sum(), gap[mask].sum(), mask.sum().double()])
-
-
 def _no_rows(device: torch.device) -> dict[str, torch.Tensor]:
     """An empty batch (no rows, one token position) with the keys `estimate_advantages` reads."""
     tokens, flags = torch.zeros(0, 1, device=device), torch.zeros(0, 1, dtype=torch.bool, device=device)
@@ -214,10 +204,7 @@ class AgentRLModule(L.LightningModule):
         """`rollout/logprob_gap`: mean |engine log-prob − trainer log-prob| of the sampled tokens. Both
         score the same weights at the same temperature, so it is numerical noise (~1e-2 in bf16) unless
         the engine computes with weights the trainer no longer has (a partial or missed sync)."""
-        return self._checked_logprob_gap(mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool()))
-
-    def _checked_logprob_gap(self, gap: float) -> float:
-        """`gap`, after warning once when it is larger than numerical noise."""
+        gap = mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool())
         if gap > LOGPROB_GAP_WARNING and not self._warned_logprob_gap:
             log.warning(
                 "rollout/logprob_gap=%.3f: the rollout engine (%s) and the trainer disagree on the sampled tokens' "
@@ -413,15 +400,18 @@ class AgentRLModule(L.LightningModule):
         pg_total = 0.0
         from_update = self.old_logprobs_in_update
         entropy_bonus = self.cfg.algo.entropy_coef > 0
-        scored_sums = []  # with `from_update`: per micro-batch (entropy, |engine - trainer| log-prob, tokens) sums
+        scored = defaultdict(list)  # with `from_update`: per micro-batch, what prepare would have scored
         for micro, real in self._micro_batches(minibatch):
             lp = self._logprobs(self.policy, micro, with_entropy=entropy_bonus or from_update)
             if not real:
                 self.manual_backward(zero_loss(lp))
                 continue
-            old_logprobs = micro["old_logprobs"] if not from_update else lp.logprobs.detach()
             if from_update:
-                scored_sums.append(_scored_sums(lp.entropy.detach(), micro["sample_logprobs"], old_logprobs, micro))
+                old_logprobs = lp.logprobs.detach()
+                scored["old_logprobs"].append(old_logprobs)
+                scored["entropy"].append(lp.entropy.detach())
+            else:
+                old_logprobs = micro["old_logprobs"]
             loss, stats = actor_loss(
                 lp.logprobs,
                 micro["loss_mask"],
@@ -438,10 +428,10 @@ class AgentRLModule(L.LightningModule):
             self.manual_backward(loss)
         if minibatch is not None:
             self._record("actor/pg_loss", pg_total)
-        if scored_sums:  # what prepare would have logged, over the same rows
-            entropy_sum, gap_sum, tokens = torch.stack(scored_sums).sum(0)
-            self._record("actor/entropy", entropy_sum / tokens.clamp(min=1))
-            self._record("rollout/logprob_gap", self._checked_logprob_gap(float(gap_sum / tokens.clamp(min=1))))
+        if scored:  # what prepare logs otherwise, computed as it does over the same rows
+            old_logprobs, entropy = (merge_micro_batches(scored[k], minibatch) for k in ("old_logprobs", "entropy"))
+            self._record("actor/entropy", _masked_mean(entropy, mask))
+            self._record("rollout/logprob_gap", self._logprob_gap(minibatch["sample_logprobs"], old_logprobs, mask))
         self._step(optimizers[0], self.policy, "actor")
         schedulers[0].step()
         if self.critic is not None:
