@@ -86,6 +86,9 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
         assert res["baselines"][name]["tokens"] > 0
     assert res["baselines"]["engine"]["cache"] == "dynamic"  # rollout.hf_cache=auto on a CPU
     assert res["config"]["micro_batch_size"] == 2  # --set reaches the config
+    # several optimizer steps per iteration: prepare scores the old log-probs, and the split re-measures them
+    assert res["config"]["old_logprobs_in_update"] is False and step["old_logprobs_s"] > 0
+    assert "| - old log-probs (+entropy) |" in done.stdout and "none: the update's own" not in done.stdout
     for name in ("hf_generate", "hf_generate_static"):  # generate is forced to the full budget
         assert res["baselines"][name]["tokens"] == 8 * 2 * 8
     assert "static cache, compiled" in done.stdout
@@ -136,6 +139,10 @@ def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
     assert res["config"]["shape"] == "trl"
     assert (res["config"]["max_turns"], res["config"]["algo"], res["config"]["num_minibatches"]) == (1, "grpo", 1)
     assert res["workload"]["turns"] == 8  # one turn per rollout
+    # one optimizer step: the update's own old log-probs; GRPO has no critic; --pipeline-only re-measures nothing
+    assert res["config"]["old_logprobs_in_update"] is True
+    assert "none: the update's own (one optimizer step)" in done.stdout
+    assert "| - values (critic) | nan | nan% | no critic |" in done.stdout
     trl = res["baselines"]["trl"]
     if trl_available():
         assert len(trl["steps_s"]) == 3 and trl["step_s"] > 0

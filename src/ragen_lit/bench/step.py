@@ -299,6 +299,7 @@ def _run(args, save, folder: str) -> dict:
             "advantage": cfg.algo.advantage,
             "num_minibatches": cfg.optim.num_minibatches,
             "micro_batch_size": cfg.optim.micro_batch_size,
+            "old_logprobs_in_update": module.old_logprobs_in_update,
             "diagnostics_every_n_iterations": every,
             "diagnostics_num_samples": cfg.diagnostics.num_samples,
         },

@@ -8,6 +8,12 @@ import math
 from ragen_lit.bench.roofline import Roofline, format_achieved, format_roofline
 
 
+def _remeasured(split: dict, key: str) -> str:
+    """How a prepare sub-row was measured: re-run after the fit on the last iteration's rollouts, or not at all
+    (`--pipeline-only` skips the measurements after the fit)."""
+    return "re-measured, same calls" if key in split else "not re-measured (--pipeline-only)"
+
+
 def format_table(res: dict) -> str:
     """The printed report: run description, the step's phases, the same work done by other code, memory."""
     c, w, s, t, b = res["config"], res["workload"], res["step"], res["throughput"], res["baselines"]
@@ -46,13 +52,19 @@ def format_table(res: dict) -> str:
         row("prepare_batch (total)", s["prepare_s"], f"peak {mem.get('prepare', 0):.1f} GiB"),
         row(
             "- old log-probs (+entropy)",
-            s.get("old_logprobs_s", 0.0),
-            "re-measured, same calls" if "old_logprobs_s" in s else "none: the update's own (one optimizer step)",
+            0.0 if c.get("old_logprobs_in_update") else s.get("old_logprobs_s", float("nan")),
+            "none: the update's own (one optimizer step)"
+            if c.get("old_logprobs_in_update")
+            else _remeasured(s, "old_logprobs_s"),
         ),
         row(
             "- ref log-probs", 0.0, f"kl_coef=0: no reference; if enabled {s.get('ref_logprobs_s', float('nan')):.3f} s"
         ),
-        row("- values (critic)", s.get("values_s", float("nan")), "re-measured, same calls"),
+        row(
+            "- values (critic)",
+            s.get("values_s", float("nan")),
+            _remeasured(s, "values_s") if c.get("critic_params") else "no critic",
+        ),
         row(
             f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})",
             s["diagnostics_amortised_s"],
