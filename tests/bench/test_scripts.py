@@ -15,6 +15,7 @@ ENTRY_POINTS = [
     "bench_filter",
     "bench_diagnostics",
     "bench_engine",
+    "bench_scoring",
     "bench_envs",
     "bench_scaling",
     "make_random_model",

@@ -70,6 +70,8 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
             "--variant",
             "lora:model.lora.r=4",
             "--variant",
+            "grpo:algo=grpo,optim.num_minibatches=1",
+            "--variant",
             "bad:optim.micro_batch_size=0",
         ],
         capture_output=True,
@@ -86,3 +88,6 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
     assert good["profile"]["wall_s"] > 0
     lora = res["results"][1]  # the adapters (and the critic's value head) train, a few percent of the weights
     assert lora["update_s"] > 0 and 0 < lora["trainable_params"] < good["trainable_params"] / 10
+    grpo = res["results"][2]  # no critic: the actor's weights alone train
+    assert grpo["update_s"] > 0 and not grpo["critic"] and good["critic"]
+    assert grpo["trainable_params"] < good["trainable_params"]

@@ -11,7 +11,8 @@ wall time of one `generate` call (prefill included); "prefill s" is the time ins
 prefill (with the dedup on: the group's prompt once, copied to the group's rows after; later turns: then
 each row's own suffix). On a GPU every
 configuration first runs once untimed (CUDA graph capture). The roofline line is
-`ragen_lit.bench.roofline`'s for the dedup-on call of each row.
+`ragen_lit.bench.roofline`'s for the dedup-on call of each row. `--profile` runs the last configuration once
+more under the profiler and prints its kernels by family and the device's busy fraction (`bench.profiling`).
 Entry point: `scripts/bench_engine.py`.
 """
 
@@ -26,6 +27,7 @@ import transformers
 
 from ragen_lit.bench.common import device_name
 from ragen_lit.bench.machine import cpu_name, utc_now
+from ragen_lit.bench.profiling import format_breakdown, profile_region
 from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
 from ragen_lit.engines.base import SamplingParams
@@ -129,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=["dynamic", "static", "graph"],
         help="default: graph on a GPU, else dynamic static",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="kernel breakdown of one more call (last batch and cache, dedup on)"
+    )
+    parser.add_argument("--top", type=int, default=15, help="kernels listed by --profile")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
@@ -182,4 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
+    if args.profile:
+        engine = HFEngine(model, pad_token_id=0, cache=caches[-1], device=device)
+        profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
+        label = f"batch {args.batches[-1]}, cache={caches[-1]}, one generate call ({args.max_new_tokens} steps at most)"
+        print("\n".join(["", *format_breakdown(label, profile)]))
     return 0

@@ -1,4 +1,4 @@
-"""The update alone: PPO actor + critic optimizer steps on a synthetic batch of `bench_step.py`'s shape,
+"""The update alone: actor (and critic) optimizer steps on a synthetic batch of `bench_step.py`'s shape,
 for several settings side by side, each in a fresh process, with a kernel-level breakdown.
 
 `bench_step.py` times the whole iteration; this benchmark isolates its update (issue 6, item 6: MFU of
@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -41,6 +39,7 @@ import torch
 
 from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, module_weights, update_flops
 from ragen_lit.bench.machine import utc_now
+from ragen_lit.bench.profiling import format_breakdown, profile_region
 from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import select_rows
@@ -48,13 +47,6 @@ from ragen_lit.training.data import plan_minibatches
 from ragen_lit.training.module import AgentRLModule, attach_fabric
 
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
-KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton kernels
-    ("attention", re.compile(r"flash|fmha|cudnn|attn|sdpa", re.IGNORECASE)),
-    ("matmul", re.compile(r"gemm|cutlass|xmma|nvjet|sm\d+_|cublas|splitk", re.IGNORECASE)),
-    ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.IGNORECASE)),
-    ("triton fused", re.compile(r"^triton_", re.IGNORECASE)),
-    ("reduction/index", re.compile(r"reduce|index|scatter|gather|embedding|sort|cumsum|nonzero", re.IGNORECASE)),
-)
 
 
 def parse_variant(text: str) -> tuple[str, list[str], str | None]:
@@ -104,28 +96,6 @@ def synthetic_batch(
             batch["turn_end_mask"][b, end - 1] = True
         batch["token_rewards"][b, turns * turn - 1] = batch["scores"][b]
     return batch
-
-
-def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
-    """Device time per kernel family, busy fraction of `wall_s`, and the `top` kernels by device time."""
-    per_kernel: dict[str, float] = defaultdict(float)
-    for event in prof.events():
-        # user annotations (e.g. `Optimizer.step#AdamW.step`) span kernels already counted
-        if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
-            per_kernel[event.name] += event.device_time_total / 1e6  # microseconds → seconds
-    families: dict[str, float] = defaultdict(float)
-    for name, seconds in per_kernel.items():
-        family = next((f for f, pattern in KERNEL_FAMILIES if pattern.search(name)), "other element-wise")
-        families[family] += seconds
-    busy = sum(per_kernel.values())
-    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
-    return {
-        "wall_s": wall_s,
-        "device_busy_s": busy,
-        "busy_fraction": busy / wall_s if wall_s else float("nan"),
-        "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
-        "top_kernels": [(name[:110], seconds) for name, seconds in ranked],
-    }
 
 
 def run_variant(args) -> dict:
@@ -192,12 +162,7 @@ def run_variant(args) -> dict:
         times = [one_pass(minibatches) for _ in range(args.repeats)]
         profile = None
         if args.profile:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if device.type == "cuda":
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            with torch.profiler.profile(activities=activities) as prof:
-                wall = one_pass(minibatches[:1])
-            profile = kernel_breakdown(prof, wall, args.top)
+            profile = profile_region(lambda: one_pass(minibatches[:1]), device, args.top)
     update_s = statistics.median(times)
     policy, critic = module_weights(module)
     flops, naive = update_flops(config, minibatches, policy, critic)
@@ -208,7 +173,8 @@ def run_variant(args) -> dict:
         "sdpa": sdpa or "default",
         "micro_batch_size": cfg.optim.micro_batch_size,
         "compile": cfg.model.compile,
-        "trainable_params": policy.trainable + critic.trainable,
+        "trainable_params": policy.trainable + (critic.trainable if critic else 0),
+        "critic": critic is not None,
         "warmup_s": warmup_s,
         "update_s": update_s,
         "times_s": times,
@@ -224,7 +190,8 @@ def format_report(meta: dict, results: list[dict]) -> str:
     lines = [
         f"update benchmark: {meta['device']}, {meta['date']}, torch {meta['torch']}; {meta['model']} random init",
         f"batch: {meta['rows']} episodes x {meta['length']} ± {meta['length_spread']:.0%} tokens "
-        f"({meta['turns']} turns, {meta['response']} sampled tokens each); PPO actor + critic, "
+        f"({meta['turns']} turns, {meta['response']} sampled tokens each); {meta['algo']}: actor"
+        f"{' + critic' if any(r.get('critic') for r in results) else ''}, "
         f"{meta['num_minibatches']} mini-batches; median of {meta['repeats']} passes after one warm-up pass",
         "",
         "| variant | settings | micro-batch | update s | MFU | MFU (naive 6N count) | tokens/s | peak GiB "
@@ -241,19 +208,8 @@ def format_report(meta: dict, results: list[dict]) -> str:
             f"| {r['mfu_naive_count']:.1%} | {r['tokens_per_s']:,.0f} | {r['peak_gib']:.1f} | {r['warmup_s']:.1f} |"
         )
     for r in results:
-        p = r.get("profile")
-        if not p:
-            continue
-        wall = f"{r['variant']}: one mini-batch, wall {p['wall_s'] * 1e3:.0f} ms"
-        if not p["device_busy_s"]:
-            lines += ["", f"{wall} (no CUDA kernels recorded: CPU run)"]
-            continue
-        lines += ["", f"{wall}, device busy {p['device_busy_s'] * 1e3:.0f} ms ({p['busy_fraction']:.0%})"]
-        lines += [
-            f"  {family:20s} {seconds * 1e3:8.1f} ms  {seconds / p['device_busy_s']:6.1%}"
-            for family, seconds in p["families_s"].items()
-        ]
-        lines += ["  top kernels:"] + [f"  {seconds * 1e3:8.1f} ms  {name}" for name, seconds in p["top_kernels"]]
+        if r.get("profile"):
+            lines += ["", *format_breakdown(f"{r['variant']}: one mini-batch", r["profile"])]
     return "\n".join(lines)
 
 
@@ -355,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "response": args.response,
         "repeats": args.repeats,
         "num_minibatches": cfg.optim.num_minibatches,
+        "algo": cfg.algo.name,
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))

@@ -1,0 +1,82 @@
+"""Kernel-level profiles for the GPU benchmarks: one region run under `torch.profiler`, its CUDA kernels'
+device time summed by family (matmul, attention, …), the device's busy fraction of the region's wall time
+(low: the host, not the GPU, bounds it) and the top kernels. Kernels replayed from CUDA graphs are recorded
+one by one like eager ones."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+
+KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton kernels
+    ("attention", re.compile(r"flash|fmha|cudnn|attn|sdpa", re.IGNORECASE)),
+    ("matmul", re.compile(r"gemm|cutlass|xmma|nvjet|sm\d+_|cublas|splitk", re.IGNORECASE)),
+    ("optimizer", re.compile(r"multi_tensor|adam|foreach", re.IGNORECASE)),
+    ("triton fused", re.compile(r"^triton_", re.IGNORECASE)),
+    ("reduction/index", re.compile(r"reduce|index|scatter|gather|embedding|sort|cumsum|nonzero", re.IGNORECASE)),
+    ("copy", re.compile(r"copy|memcpy|memset|cat", re.IGNORECASE)),
+)
+
+
+def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
+    """Device time per kernel family, busy fraction of `wall_s`, kernel count, and the `top` kernels by device
+    time, from a finished `torch.profiler.profile`."""
+    per_kernel: dict[str, float] = defaultdict(float)
+    launches = 0
+    for event in prof.events():
+        # user annotations (e.g. `Optimizer.step#AdamW.step`) span kernels already counted
+        if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
+            per_kernel[event.name] += event.device_time_total / 1e6  # microseconds → seconds
+            launches += 1
+    families: dict[str, float] = defaultdict(float)
+    for name, seconds in per_kernel.items():
+        family = next((f for f, pattern in KERNEL_FAMILIES if pattern.search(name)), "other element-wise")
+        families[family] += seconds
+    busy = sum(per_kernel.values())
+    ranked = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
+    return {
+        "wall_s": wall_s,
+        "device_busy_s": busy,
+        "busy_fraction": busy / wall_s if wall_s else float("nan"),
+        "kernels": launches,
+        "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
+        "top_kernels": [(name[:110], seconds) for name, seconds in ranked],
+    }
+
+
+def profile_region(run: Callable[[], object], device: torch.device, top: int = 15) -> dict:
+    """Run `run()` once under the profiler (CUDA kernels too on a GPU), synchronised at both ends; its
+    `kernel_breakdown`."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    return kernel_breakdown(prof, wall, top)
+
+
+def format_breakdown(label: str, profile: dict) -> list[str]:
+    """Report lines of one `kernel_breakdown`: wall and busy time, the families, the top kernels."""
+    wall = f"{label}: wall {profile['wall_s'] * 1e3:.1f} ms"
+    if not profile["device_busy_s"]:
+        return [f"{wall} (no CUDA kernels recorded: CPU run)"]
+    lines = [
+        f"{wall}, device busy {profile['device_busy_s'] * 1e3:.1f} ms ({profile['busy_fraction']:.0%}), "
+        f"{profile['kernels']} kernels"
+    ]
+    lines += [
+        f"  {family:20s} {seconds * 1e3:8.1f} ms  {seconds / profile['device_busy_s']:6.1%}"
+        for family, seconds in profile["families_s"].items()
+    ]
+    top = [f"  {seconds * 1e3:8.1f} ms  {name}" for name, seconds in profile["top_kernels"]]
+    return [*lines, "  top kernels:", *top]
