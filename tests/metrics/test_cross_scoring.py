@@ -66,7 +66,8 @@ def record_forward(model, forwards: list) -> None:
     def hook(module, args, kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         rows, length = kwargs["input_ids"].shape
-        forwards.append((rows, length, cache.get_seq_length() if cache is not None else 0))
+        # int(): a static cache's length is a tensor that the forward then advances in place
+        forwards.append((rows, length, int(cache.get_seq_length()) if cache is not None else 0))
 
     model.get_decoder().register_forward_pre_hook(hook, with_kwargs=True)
 

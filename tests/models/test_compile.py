@@ -91,3 +91,24 @@ def test_calls_with_a_kv_cache_run_the_eager_layers(monkeypatch):
 def test_models_without_repeated_layers_are_refused():
     with pytest.raises(ConfigError, match="model.compile"):
         compile_layers(torch.nn.Linear(2, 2))
+
+
+def test_cross_scoring_with_the_compiled_head_matches_the_eager_head(monkeypatch):
+    from ragen_lit import logprobs
+    from ragen_lit.metrics import cross_score
+
+    compiled, used = logprobs._compiled_head_logprobs, []
+    monkeypatch.setattr(logprobs, "_compiled_head_logprobs", lambda: used.append(1) or compiled())
+
+    model = tiny_qwen2().eval()
+    generator = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 300, (n,), generator=generator).tolist() for n in (9, 14, 4)]
+    reasonings = [torch.randint(1, 300, (n,), generator=generator).tolist() for n in (5, 1, 8)]
+    for bound in (8192, 12):  # one batch of rows, and many small ones
+        want = cross_score(model, prompts, reasonings, max_tokens_per_forward=bound, max_tokens_per_chunk=7)
+        got = cross_score(
+            model, prompts, reasonings, max_tokens_per_forward=bound, max_tokens_per_chunk=7, compile_head=True
+        )
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert used  # the compiled head did the scoring

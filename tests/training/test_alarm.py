@@ -113,9 +113,10 @@ def test_bad_alarm_settings_are_refused_in_one_line(override, message):
 def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary(tmp_path, tiny_model_dir, monkeypatch):
     compute = CollapseDiagnostics.maybe_compute
 
-    def falling_mi(self, policy, chat, trajectories, iteration, temperature=1.0):
+    def falling_mi(self, policy, chat, trajectories, iteration, temperature=1.0, **options):
         # the real diagnostics, with the MI forced down by 1 z-unit per iteration and the entropy held
-        return {**compute(self, policy, chat, trajectories, iteration, temperature), Z: 3.0 - iteration, H: 2.0}
+        real = compute(self, policy, chat, trajectories, iteration, temperature, **options)
+        return {**real, Z: 3.0 - iteration, H: 2.0}
 
     monkeypatch.setattr(CollapseDiagnostics, "maybe_compute", falling_mi)
     small = [

@@ -6,7 +6,8 @@ code can be compared in seconds. The workload imitates it: N prompts (`--prompts
 evenly between `--prompt-min` and `--prompt-max` tokens (a drawn turn's whole context, turn 1 to turn 5 of the
 multi-turn bench), R reasonings (`--reasonings`, 64) of `--reasoning-tokens` ± 20%, random ids, scored R × N
 times on a random-init Qwen2 of `--model`'s shape (bf16 on a GPU). Each `--tokens-per-forward` value (0: the
-auto bound that diagnostics use) is timed as the median of `--repeats` calls after a warm-up call; the report
+auto bound that diagnostics use) with each `--heads` (the vocabulary head eager, or compiled as diagnostics run it
+under `model.compile=true`) is timed as the median of `--repeats` calls after a warm-up call; the report
 gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the call (`scoring_flops`) and their
 MFU, and the peak memory. `--profile` runs one more call of the last setting under the profiler
 (`bench.profiling`: kernels by family, device busy fraction).
@@ -76,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokens-per-forward", type=int, nargs="+", default=[0], help="cross_score's bound per forward (0: auto)"
     )
+    parser.add_argument(
+        "--heads",
+        nargs="+",
+        choices=["eager", "compiled"],
+        default=["eager"],
+        help="the vocabulary head eager, or through torch.compile (diagnostics under model.compile=true)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: bf16 on a GPU")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -97,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize(device)
 
     results = []
-    for bound in args.tokens_per_forward:
+    for bound, head in [(bound, head) for bound in args.tokens_per_forward for head in args.heads]:
         resolved = tokens_per_forward(model, bound)
 
-        def call(resolved: int = resolved):
-            return cross_score(model, prompts, reasonings, max_tokens_per_forward=resolved)
+        def call(resolved: int = resolved, compiled: bool = head == "compiled"):
+            return cross_score(model, prompts, reasonings, max_tokens_per_forward=resolved, compile_head=compiled)
 
         call()  # warm-up
         if device.type == "cuda":
@@ -117,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(
             {
                 "tokens_per_forward": resolved,
+                "head": head,
                 "seconds": seconds,
                 "times_s": times,
                 "pairs_per_s": len(prompts) * len(reasonings) / seconds,
@@ -135,16 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.prompt_min}-{args.prompt_max} tokens, {mean_prompt:.0f} on average); {flops / 1e12:.1f} TFLOP per "
         f"call; median of {args.repeats} calls after a warm-up",
         "",
-        "| tokens per forward | seconds | pairs/s | MFU | peak GiB |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| tokens per forward | head | seconds | pairs/s | MFU | peak GiB |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r['tokens_per_forward']} | {r['seconds']:.3f} | {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} "
+        f"| {r['tokens_per_forward']} | {r['head']} | {r['seconds']:.3f} | {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} "
         f"| {r['peak_gib']:.1f} |"
         for r in results
     ]
     if profile:
-        lines += ["", *format_breakdown(f"one call at {results[-1]['tokens_per_forward']} tokens per forward", profile)]
+        last = results[-1]
+        label = f"one call at {last['tokens_per_forward']} tokens per forward, {last['head']} head"
+        lines += ["", *format_breakdown(label, profile)]
     print("\n".join(lines))
     if args.out:
         meta = {"device": device_name(device), "date": utc_now(), "model": args.model, "dtype": dtype}

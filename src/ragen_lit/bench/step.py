@@ -79,8 +79,8 @@ from ragen_lit.training.module import AgentRLModule
 
 DIAGNOSTICS_EVERY = 2  # the bench's schedule: iteration 2 is a warm diagnostics iteration
 # --shape: config overrides on top of the bench's own. "trl": the single-turn GRPO shape of TRL's GRPOTrainer
-# comparison (8 prompts x 16 completions of 128 tokens, one optimizer step per iteration), run with
-# --iterations 4 --no-diagnostics unless given
+# comparison (8 prompts x 16 completions of 128 tokens, one optimizer step per iteration, micro-batches of 32 rows
+# as TRL's per_device_train_batch_size), run with --iterations 4 --no-diagnostics unless given
 SHAPES = {
     "multi-turn": [],
     "trl": [
@@ -90,7 +90,7 @@ SHAPES = {
         "rollout.group_size=16",
         "algo=grpo",
         "optim.num_minibatches=1",
-        "optim.micro_batch_size=16",
+        "optim.micro_batch_size=32",
         "model.compile=true",
     ],
 }

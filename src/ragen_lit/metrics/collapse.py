@@ -117,9 +117,12 @@ class CollapseDiagnostics(nn.Module):
         return bool(every) and iteration % every == 0
 
     @torch.no_grad()
-    def maybe_compute(self, policy, chat, trajectories, iteration: int, temperature: float = 1.0) -> dict[str, float]:
+    def maybe_compute(
+        self, policy, chat, trajectories, iteration: int, temperature: float = 1.0, compile_head: bool = False
+    ) -> dict[str, float]:
         """The collapse metrics of this iteration's rollouts ({} when not due). A collective under several
-        ranks: every rank calls it with its own `trajectories`; all get the values of all ranks' rollouts."""
+        ranks: every rank calls it with its own `trajectories`; all get the values of all ranks' rollouts.
+        `compile_head`: the scorer's vocabulary head through `torch.compile` (`model.compile`)."""
         if not self.due(iteration):
             return {}
         gathered, offset = dist_utils.gather_lists([Candidate.of(t) for t in trajectories])
@@ -145,7 +148,8 @@ class CollapseDiagnostics(nn.Module):
                 scopes.append(("trajectory", self.trajectory, trajectory_pairs(candidates, self.cfg.num_samples, rng)))
             for name, metric, pairs in scopes:
                 started = time.perf_counter()
-                scored = self._score(policy, chat, metric, pairs, local, temperature)  # ends on the host (.cpu())
+                # ends on the host (.cpu())
+                scored = self._score(policy, chat, metric, pairs, local, temperature, compile_head)
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
                 out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in scored.items()})
                 # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
@@ -154,7 +158,9 @@ class CollapseDiagnostics(nn.Module):
             policy.train(was_training)
         return out
 
-    def _score(self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float) -> dict[str, float]:
+    def _score(
+        self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float, compile_head: bool
+    ) -> dict[str, float]:
         """Score this rank's share of the drawn `pairs` (those whose trajectory is in `local`) against every
         pair's column: one column per distinct key (group for first turn, draw index for trajectory scope),
         its prompt that of the key's first pair, supplied by the rank holding that pair's trajectory."""
@@ -184,6 +190,7 @@ class CollapseDiagnostics(nn.Module):
                 max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
                 pad_token_id=chat.tokenizer.pad_token_id,
                 temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
+                compile_head=compile_head,
             )
             target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))

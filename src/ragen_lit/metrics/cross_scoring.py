@@ -4,16 +4,17 @@ For R reasoning samples z_r and N prompts x_j, with the model teacher-forced on 
 `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})` and `L_tok[r, j] = L_sum[r, j] / |z_r|`.
 
 Method (exact, no approximation): deduplication plus prefix KV caching. Token-identical prompts (and
-reasonings) are scored once and their column (row) copied. Each distinct prompt is then encoded once:
-its first P−1 tokens go through the backbone into a KV cache (prompts of similar lengths batched
-together), and every reasoning is scored against that cache, each row fed as `[x_{P−1} | z_r]` (the
-prompt's last token, whose hidden state predicts z_{r,1}) with positions continuing after the prefix and
-the prefix's keys/values gathered along the batch (rows of several prompts share a forward, shorter
-prefixes masked). Prompts are long multi-turn contexts and reasonings short, so this avoids re-encoding
-every prompt R times. Log-probs come from `ragen_lit.logprobs.token_logprobs` (given the cache), so the
-vocabulary head runs on at most `max_tokens_per_chunk` positions at a time. Models whose decoder takes
-no KV cache, or whose cache is not plain full-attention `DynamicLayer`s (sliding-window, linear
-attention, …), fall back to packing every distinct `[x_j | z_r]` pair into full forwards.
+reasonings) are scored once and their column (row) copied. Each distinct prompt is then encoded once: its
+first P−1 tokens go through the backbone into a KV cache (prompts of similar lengths batched together), and
+every reasoning is scored against that cache, each row fed as `[x_{P−1} | z_r]` (the prompt's last token,
+whose hidden state predicts z_{r,1}) with positions continuing after the prefix and the prefix's keys/values
+gathered along the batch (rows of several prompts share a forward, shorter prefixes masked) straight into a
+static cache with room for the rows' own tokens, which the forward writes in place (one copy of each row's
+prefix, none appended on top of it). Prompts are long multi-turn contexts and reasonings short, so this avoids
+re-encoding every prompt R times. Log-probs come from `ragen_lit.logprobs.token_logprobs` (given the cache),
+so the vocabulary head runs on at most `max_tokens_per_chunk` positions at a time. Models whose decoder takes
+no KV cache, or whose cache is not plain full-attention `DynamicLayer`s (sliding-window, linear attention, …),
+fall back to packing every distinct `[x_j | z_r]` pair into full forwards.
 In a distributed run every rank scores its own reasoning rows against all prompts: gather the
 prompts first with `gather_prompts`.
 """
@@ -38,6 +39,7 @@ def cross_score(
     pad_token_id: int = 0,
     max_tokens_per_chunk: int = 1024,
     temperature: float = 1.0,
+    compile_head: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
@@ -58,6 +60,8 @@ def cross_score(
         max_tokens_per_chunk: most positions whose full-vocabulary logits exist at once.
         temperature: T of log p_T(z_t | ·) = log_softmax(logits / T)[z_t]; the rollout temperature scores the
             reasonings under the distribution they were sampled from (as the update's old log-probs do).
+        compile_head: the vocabulary head's log-softmax and gather through `torch.compile` (`token_logprobs`;
+            `model.compile`): fused kernels instead of fp32 [chunk, V] tensors; equal up to rounding.
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
@@ -81,6 +85,7 @@ def cross_score(
         "pad_token_id": pad_token_id,
         "max_tokens_per_chunk": max_tokens_per_chunk,
         "temperature": temperature,
+        "compile_head": compile_head,
         "device": device,
     }
     with torch.no_grad():
@@ -113,6 +118,7 @@ def _score_with_prompt_cache(
     pad_token_id: int,
     max_tokens_per_chunk: int,
     temperature: float,
+    compile_head: bool,
     device: torch.device,
 ) -> Tensor | None:
     """L_sum [R, N] float64 scored against prompt-prefix KV caches, or None if the model's cache is unsuitable.
@@ -121,7 +127,7 @@ def _score_with_prompt_cache(
     the last token) fit one forward (`_prefix_groups`); each group's prefixes are encoded in that one
     forward, then its (prompt, reasoning) rows are packed into forwards (`_pack_rows`): a row is
     `[x_{P−1} | z_r]`, right-padded, over its prompt's cached prefix (right-padded to the batch's longest
-    prefix and masked there), with positions continuing after the prefix.
+    prefix and masked there), with positions continuing after the prefix (`_continuation_cache`).
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -167,6 +173,10 @@ def _score_with_prompt_cache(
                 for layer in group_cache.layers
             ):
                 return None
+            # room after each prefix for the widest row, so that a batch's cache is one gather of these
+            room = 1 + lengths[0]
+            layers = [(_with_room(keys, room), _with_room(values, room)) for keys, values in layers]
+            del group_cache
         prefix_of = torch.tensor(prefix_lengths, device=device)
         last_token = torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device)
         column_of = torch.tensor(columns, device=device)
@@ -180,10 +190,7 @@ def _score_with_prompt_cache(
             attention_mask = torch.arange(width, device=device) < reasoning_real[sample, None]
             batch_cache = cache_mask = None
             if cached > 0:
-                # a fresh cache per batch (the forward appends to it in place): each row's prompt prefix
-                batch_cache = DynamicCache()
-                for index, (keys, values) in enumerate(layers):
-                    batch_cache.update(keys[member, :, :cached], values[member, :, :cached], index)
+                batch_cache = _continuation_cache(model.config, layers, member, cached, width)
                 cache_mask = torch.arange(cached, device=device) < prefix_of[member, None]
             logprobs = token_logprobs(
                 model,
@@ -193,11 +200,37 @@ def _score_with_prompt_cache(
                 temperature=temperature,
                 cache=batch_cache,
                 cache_mask=cache_mask,
+                compile_head=compile_head,
             ).logprobs
             if batch_cache is not None and batch_cache.get_seq_length() != cached + width:
                 raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
             seq_logprob[reasoning_row[sample], column_of[member]] = logprobs.double().sum(-1)
     return seq_logprob
+
+
+def _with_room(cached: Tensor, room: int) -> Tensor:
+    """`cached` [G, H, P, D] followed by `room` zero positions along the sequence: [G, H, P + room, D]."""
+    grown = cached.new_zeros(*cached.shape[:2], cached.shape[2] + room, cached.shape[3])
+    grown[:, :, : cached.shape[2]] = cached
+    return grown
+
+
+def _continuation_cache(config, layers: list[tuple[Tensor, Tensor]], member: Tensor, cached: int, width: int):
+    """A static KV cache of `cached + width` positions for a batch of rows: row i's first `cached` positions
+    hold prompt `member[i]`'s prefix keys and values (gathered from `layers`, per layer `(keys, values)` of
+    [G, H, >= cached + width, D] with zeros after each prefix), and the forward writes the rows' own `width`
+    tokens in place after them. One copy of each row's prefix per layer: a dynamic cache would copy it again
+    when the forward appends to it."""
+    from transformers import StaticCache
+
+    keys, _ = layers[0]
+    cache = StaticCache(config=config, max_cache_len=cached + width)
+    cache.early_initialization(len(member), keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+    for static_layer, (keys, values) in zip(cache.layers, layers, strict=True):
+        torch.index_select(keys[:, :, : cached + width], 0, member, out=static_layer.keys)
+        torch.index_select(values[:, :, : cached + width], 0, member, out=static_layer.values)
+        static_layer.cumulative_length.fill_(cached)
+    return cache
 
 
 def _prefix_groups(prefix_lengths: list[int], max_tokens_per_forward: int) -> list[list[int]]:
@@ -246,6 +279,7 @@ def _score_pairs(
     pad_token_id: int,
     max_tokens_per_chunk: int,
     temperature: float,
+    compile_head: bool,
     device: torch.device,
 ) -> Tensor:
     """L_sum [R, N] float64 from full `[x_j | z_r]` forwards, pairs packed longest first."""
@@ -270,6 +304,7 @@ def _score_pairs(
             score_mask=reasoning_mask,
             max_tokens_per_chunk=max_tokens_per_chunk,
             temperature=temperature,
+            compile_head=compile_head,
         ).logprobs
         rows = torch.tensor([r for r, _ in pairs], device=device)
         cols = torch.tensor([j for _, j in pairs], device=device)

@@ -336,7 +336,12 @@ class AgentRLModule(L.LightningModule):
     # -- diagnostics (`RolloutDataModule` calls them on every iteration's rollouts) ---------------------
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
         return self.collapse.maybe_compute(
-            self.inference_policy(), self.chat, trajectories, iteration, self.cfg.rollout.temperature
+            self.inference_policy(),
+            self.chat,
+            trajectories,
+            iteration,
+            self.cfg.rollout.temperature,
+            compile_head=self.cfg.model.compile,
         )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
