@@ -67,13 +67,13 @@ def test_a_copy_of_a_compiled_model_runs_its_own_layers():
         assert not torch.equal(model(ids, use_cache=False).logits, clone(ids, use_cache=False).logits)
 
 
-def test_calls_with_a_kv_cache_run_the_eager_layers(monkeypatch):
+def test_calls_with_a_kv_cache_run_the_eager_layers_with_compiled_norms_and_mlp(monkeypatch):
     calls = []
 
     def fake_compile(forward, **options):
-        def compiled(*args, **kwargs):
-            calls.append(kwargs.get("cache"))
-            return forward(*args, **kwargs)
+        def compiled(module, *args, **kwargs):
+            calls.append((type(module).__name__, kwargs.get("cache")))
+            return forward(module, *args, **kwargs)
 
         return compiled
 
@@ -83,9 +83,28 @@ def test_calls_with_a_kv_cache_run_the_eager_layers(monkeypatch):
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         model(ids, use_cache=False)
-        assert calls == [None] * 3  # three layers, no cache: the compiled forward
+        # no cache: the compiled layers (here, eager inside the fake: a real compiled layer traces its parts)
+        assert [name for name, _ in calls if name == "Qwen2DecoderLayer"] == ["Qwen2DecoderLayer"] * 3
+        calls.clear()
         model(ids, cache=transformers.DynamicCache(config=model.config), use_cache=True)
-    assert calls == [None] * 3  # with a cache: eager
+    # with a cache: each layer eager, its norms (before attention and before the MLP) and MLP compiled; the
+    # model's final norm is no layer's part
+    assert [name for name, _ in calls] == ["Qwen2RMSNorm", "Qwen2RMSNorm", "Qwen2MLP"] * 3
+
+
+def test_compiled_norms_and_mlp_are_traced_as_written_inside_a_compiled_layer():
+    from ragen_lit.models import loaders
+
+    traced = []
+
+    def forward(module, x):
+        traced.append(torch.compiler.is_compiling())
+        return x + 1
+
+    dispatch = loaders._compiled_outside_compilation(forward)
+    outer = torch.compile(lambda x: dispatch(None, x), backend="eager")
+    assert torch.equal(outer(torch.zeros(2)), torch.ones(2))
+    assert traced and all(traced)  # inside the enclosing compilation: `forward` itself, not the nested compile
 
 
 def test_models_without_repeated_layers_are_refused():
@@ -112,3 +131,23 @@ def test_cross_scoring_with_the_compiled_head_matches_the_eager_head(monkeypatch
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     assert used  # the compiled head did the scoring
+
+
+@pytest.mark.parametrize("cache", ["graph", "dynamic"])
+def test_rollouts_of_a_compiled_model_match_the_eager_model(cache):
+    """The engine's decode (cache="graph": the fixed-shape slots that a GPU captures, run eagerly on CPU) through
+    compiled norms and MLPs samples what the eager model samples, with the same log-probs."""
+    from ragen_lit.engines.base import SamplingParams
+    from ragen_lit.engines.hf import HFEngine
+
+    eager = tiny_qwen2().eval()
+    compiled = copy.deepcopy(eager)
+    compile_layers(compiled)
+    generator = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(1, 300, (n,), generator=generator).tolist() for n in (7, 7, 12, 3)]
+    params = SamplingParams(max_new_tokens=9, temperature=1.0, seed=5)
+    want = HFEngine(eager, pad_token_id=0, cache=cache).generate(prompts, params)
+    got = HFEngine(compiled, pad_token_id=0, cache=cache).generate(prompts, params)
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs), atol=1e-5, rtol=1e-5)

@@ -13,12 +13,15 @@ each row's own suffix). On a GPU every
 configuration first runs once untimed (CUDA graph capture). The roofline line is
 `ragen_lit.bench.roofline`'s for the dedup-on call of each row. `--profile` runs the last configuration once
 more under the profiler and prints its kernels by family and the device's busy fraction (`bench.profiling`).
+`--compile` adds each configuration on a copy of the model under `model.compile` (`models.compile_layers`: its
+decode steps run compiled norms and MLPs), labelled "<cache>, compiled".
 Entry point: `scripts/bench_engine.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import time
 
@@ -32,6 +35,7 @@ from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
+from ragen_lit.models import compile_layers
 
 GROUP_SIZE = 16
 TINY_VOCAB_SIZE = 1540
@@ -132,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         help="default: graph on a GPU, else dynamic static",
     )
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time each configuration on a copy of the model under model.compile (compiled norms and MLPs)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="kernel breakdown of one more call (last batch and cache, dedup on)"
     )
     parser.add_argument("--top", type=int, default=15, help="kernels listed by --profile")
@@ -153,44 +162,53 @@ def main(argv: list[str] | None = None) -> int:
         group_prompts(GROUP_SIZE, 16, vocab_size), SamplingParams(max_new_tokens=2)
     )
 
+    models = {"": model}
+    if args.compile:
+        models[", compiled"] = copy.deepcopy(model)
+        compile_layers(models[", compiled"])
     header = ("batch", "cache", "prefill s dedup", "prefill s plain", "ratio", "tok/s dedup", "tok/s plain", "ratio")
     rows, rooflines = [], []
-    for batch in args.batches:
+    for batch, cache, suffix in [(b, c, m) for b in args.batches for c in caches for m in models]:
         prompts = group_prompts(batch, args.prompt_tokens, vocab_size, args.suffix_tokens)
-        for cache in caches:
-            timings = []
-            for dedup in (True, False):
-                engine = HFEngine(
-                    model, pad_token_id=0, cache=cache, dedup_prompts=dedup, share_prefixes=dedup, device=device
-                )
-                if device.type == "cuda":
-                    Timing(engine, prompts, params, device)
-                timings.append(Timing(engine, prompts, params, device))
-            on, off = timings
-            rows.append(
-                (
-                    str(batch),
-                    cache,
-                    f"{on.prefill_s:.3f}",
-                    f"{off.prefill_s:.3f}",
-                    f"{off.prefill_s / on.prefill_s:.2f}",
-                    f"{on.tokens_per_s:.0f}",
-                    f"{off.tokens_per_s:.0f}",
-                    f"{on.tokens_per_s / off.tokens_per_s:.2f}",
-                )
+        timings = []
+        for dedup in (True, False):
+            engine = HFEngine(
+                models[suffix],
+                pad_token_id=0,
+                cache=cache,
+                dedup_prompts=dedup,
+                share_prefixes=dedup,
+                device=device,
             )
-            roof = model_roofline(model, decode_workload([on.call]), device_name(device))
-            rooflines.append(
-                f"batch {batch}, cache={cache}, dedup: {format_achieved(roof, on.tokens_per_s)}; "
-                + format_roofline(roof)
+            if device.type == "cuda":
+                Timing(engine, prompts, params, device)
+            timings.append(Timing(engine, prompts, params, device))
+        on, off = timings
+        rows.append(
+            (
+                str(batch),
+                cache + suffix,
+                f"{on.prefill_s:.3f}",
+                f"{off.prefill_s:.3f}",
+                f"{off.prefill_s / on.prefill_s:.2f}",
+                f"{on.tokens_per_s:.0f}",
+                f"{off.tokens_per_s:.0f}",
+                f"{on.tokens_per_s / off.tokens_per_s:.2f}",
             )
+        )
+        roof = model_roofline(model, decode_workload([on.call]), device_name(device))
+        rooflines.append(
+            f"batch {batch}, cache={cache}{suffix}, dedup: {format_achieved(roof, on.tokens_per_s)}; "
+            + format_roofline(roof)
+        )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
     if args.profile:
-        engine = HFEngine(model, pad_token_id=0, cache=caches[-1], device=device)
+        engine = HFEngine(models[suffix], pad_token_id=0, cache=caches[-1], device=device)
         profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
-        label = f"batch {args.batches[-1]}, cache={caches[-1]}, one generate call ({args.max_new_tokens} steps at most)"
+        label = f"batch {args.batches[-1]}, cache={caches[-1]}{suffix}, one generate call"
+        label += f" ({args.max_new_tokens} steps at most)"
         print("\n".join(["", *format_breakdown(label, profile)]))
     return 0

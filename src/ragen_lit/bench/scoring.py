@@ -1,22 +1,23 @@
 """The cross-scorer alone: what one collapse-diagnostics scope costs (`ragen_lit.metrics.cross_scoring`).
 
-`bench_step.py` shows that the diagnostics iteration is mostly its trajectory scope (docs/PERFORMANCE.md,
-session 12: 4.2 of 5.0 s); this benchmark isolates that scope's `cross_score` call so that its settings and
-code can be compared in seconds. The workload imitates it: N prompts (`--prompts`, 64) whose lengths are spread
-evenly between `--prompt-min` and `--prompt-max` tokens (a drawn turn's whole context, turn 1 to turn 5 of the
-multi-turn bench), R reasonings (`--reasonings`, 64) of `--reasoning-tokens` ± 20%, random ids, scored R × N
-times on a random-init Qwen2 of `--model`'s shape (bf16 on a GPU). Each `--tokens-per-forward` value (0: the
-auto bound that diagnostics use) with each `--heads` (the vocabulary head eager, or compiled as diagnostics run it
-under `model.compile=true`) is timed as the median of `--repeats` calls after a warm-up call; the report
-gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the call (`scoring_flops`) and their
-MFU, and the peak memory. `--profile` runs one more call of the last setting under the profiler
-(`bench.profiling`: kernels by family, device busy fraction).
+`bench_step.py` shows that the diagnostics iteration is mostly its trajectory scope (docs/PERFORMANCE.md, session
+12: 4.2 of 5.0 s); this benchmark isolates that scope's `cross_score` call so that its settings and code can be
+compared in seconds. The workload imitates it: N prompts (`--prompts`, 64) whose lengths are spread evenly between
+`--prompt-min` and `--prompt-max` tokens (a drawn turn's whole context, turn 1 to turn 5 of the multi-turn bench),
+R reasonings (`--reasonings`, 64) of `--reasoning-tokens` ± 20%, random ids, scored R × N times on a random-init
+Qwen2 of `--model`'s shape (bf16 on a GPU). Each `--tokens-per-forward` value (0: the auto bound that diagnostics
+use) with each of `--modes` (the model eager, or compiled as diagnostics run it under `model.compile=true`:
+`models.compile_layers` and the compiled vocabulary head) is timed as the median of `--repeats` calls after a
+warm-up call; the report gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the call
+(`scoring_flops`) and their MFU, and the peak memory. `--profile` runs one more call of the last setting under the
+profiler (`bench.profiling`: kernels by family, device busy fraction).
 Entry point: `scripts/bench_scoring.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -31,6 +32,7 @@ from ragen_lit.bench.profiling import format_breakdown, profile_region
 from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score
+from ragen_lit.models import compile_layers
 
 
 def workload(args, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -78,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tokens-per-forward", type=int, nargs="+", default=[0], help="cross_score's bound per forward (0: auto)"
     )
     parser.add_argument(
-        "--heads",
+        "--modes",
         nargs="+",
         choices=["eager", "compiled"],
         default=["eager"],
-        help="the vocabulary head eager, or through torch.compile (diagnostics under model.compile=true)",
+        help="the model eager, or as diagnostics run it under model.compile=true (compiled norms, MLPs and head)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: bf16 on a GPU")
@@ -104,12 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    models = {"eager": model}
+    if "compiled" in args.modes:
+        models["compiled"] = copy.deepcopy(model)
+        compile_layers(models["compiled"])
     results = []
-    for bound, head in [(bound, head) for bound in args.tokens_per_forward for head in args.heads]:
+    for bound, mode in [(bound, mode) for bound in args.tokens_per_forward for mode in args.modes]:
         resolved = tokens_per_forward(model, bound)
 
-        def call(resolved: int = resolved, compiled: bool = head == "compiled"):
-            return cross_score(model, prompts, reasonings, max_tokens_per_forward=resolved, compile_head=compiled)
+        def call(resolved: int = resolved, mode: str = mode):
+            return cross_score(
+                models[mode], prompts, reasonings, max_tokens_per_forward=resolved, compile_head=mode == "compiled"
+            )
 
         call()  # warm-up
         if device.type == "cuda":
@@ -125,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(
             {
                 "tokens_per_forward": resolved,
-                "head": head,
+                "mode": mode,
                 "seconds": seconds,
                 "times_s": times,
                 "pairs_per_s": len(prompts) * len(reasonings) / seconds,
@@ -144,17 +152,17 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.prompt_min}-{args.prompt_max} tokens, {mean_prompt:.0f} on average); {flops / 1e12:.1f} TFLOP per "
         f"call; median of {args.repeats} calls after a warm-up",
         "",
-        "| tokens per forward | head | seconds | pairs/s | MFU | peak GiB |",
+        "| tokens per forward | model | seconds | pairs/s | MFU | peak GiB |",
         "| ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r['tokens_per_forward']} | {r['head']} | {r['seconds']:.3f} | {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} "
+        f"| {r['tokens_per_forward']} | {r['mode']} | {r['seconds']:.3f} | {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} "
         f"| {r['peak_gib']:.1f} |"
         for r in results
     ]
     if profile:
         last = results[-1]
-        label = f"one call at {last['tokens_per_forward']} tokens per forward, {last['head']} head"
+        label = f"one call at {last['tokens_per_forward']} tokens per forward, {last['mode']} model"
         lines += ["", *format_breakdown(label, profile)]
     print("\n".join(lines))
     if args.out:

@@ -163,9 +163,11 @@ def compile_layers(model: nn.Module) -> None:
     Each block class's `forward` is compiled once with dynamic shapes, so one graph per grad mode serves
     every layer and sequence length. A call that passes a KV cache (rollouts, the cross-scorer: shapes
     and cache objects change at every step, which would exhaust dynamo's recompile limit and leave the
-    training calls eager too) runs the eager forward. The dispatcher is bound to each block, so module
-    hooks (FSDP's all-gather and reshard) still run eagerly around it, and a deep copy of the model binds
-    the copy's own blocks.
+    training calls eager too) runs the eager forward, but the block's cache-free parts inside it, its
+    normalisations and its MLP (`_cache_free_parts`), run compiled too: a decode step of a 0.5B model at
+    batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md, session 12), 8 of them per
+    RMSNorm, which fuse into one. The dispatchers are bound to each module, so module hooks (FSDP's all-gather
+    and reshard) still run eagerly around them, and a deep copy of the model binds the copy's own modules.
     """
     units = layer_units(model)
     if not units:
@@ -178,6 +180,30 @@ def compile_layers(model: nn.Module) -> None:
         if cls not in dispatchers:
             dispatchers[cls] = _cache_free_compiled(cls.forward)
         unit.forward = types.MethodType(dispatchers[cls], unit)
+        for part in _cache_free_parts(unit):
+            kind = type(part)
+            if kind not in dispatchers:
+                dispatchers[kind] = _compiled_outside_compilation(kind.forward)
+            part.forward = types.MethodType(dispatchers[kind], part)
+
+
+def _cache_free_parts(unit: nn.Module) -> list[nn.Module]:
+    """The modules inside a block that never touch a KV cache and take one tensor: its normalisations
+    (`…Norm`, e.g. `Qwen2RMSNorm`, Qwen3's per-head q/k norms) and its feed-forward (`…MLP`)."""
+    return [m for m in unit.modules() if m is not unit and type(m).__name__.endswith(("Norm", "MLP"))]
+
+
+def _compiled_outside_compilation(forward):
+    """`forward` compiled (dynamic shapes) where it is called eagerly; traced as written where an enclosing
+    compiled block is being compiled (no compiled call nested in another's graph)."""
+    compiled = torch.compile(forward, dynamic=True)
+
+    def dispatch(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return forward(self, *args, **kwargs)
+        return compiled(self, *args, **kwargs)
+
+    return dispatch
 
 
 def _cache_free_compiled(forward):
