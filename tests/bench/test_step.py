@@ -128,6 +128,7 @@ def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
     small = ["rollout.groups=2", "rollout.group_size=4", "rollout.max_new_tokens=8", "model.compile=false"]
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--shape", "trl", "--trl", "--pipeline-only", "--iterations", "3"]
+        + ["--profile-phases"]
         + ["--set", *small, "optim.micro_batch_size=4", "--out", str(out)],
         capture_output=True,
         text=True,
@@ -139,6 +140,10 @@ def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
     assert res["config"]["shape"] == "trl"
     assert (res["config"]["max_turns"], res["config"]["algo"], res["config"]["num_minibatches"]) == (1, "grpo", 1)
     assert res["workload"]["turns"] == 8  # one turn per rollout
+    # --profile-phases: a fourth iteration ran under the profiler, left out of the means
+    assert "iteration 3: generation" in done.stdout and "update of iteration 3 (profiled" in done.stdout
+    assert set(res["phase_profiles"]) == {"generation", "update"}
+    assert all(p["wall_s"] > 0 for p in res["phase_profiles"].values())
     # one optimizer step: the update's own old log-probs; GRPO has no critic; --pipeline-only re-measures nothing
     assert res["config"]["old_logprobs_in_update"] is True
     assert "none: the update's own (one optimizer step)" in done.stdout

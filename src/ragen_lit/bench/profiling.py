@@ -48,21 +48,34 @@ def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
     }
 
 
-def profile_region(run: Callable[[], object], device: torch.device, top: int = 15) -> dict:
-    """Run `run()` once under the profiler (CUDA kernels too on a GPU), synchronised at both ends; its
-    `kernel_breakdown`."""
+def start_profiler(device: torch.device) -> torch.profiler.profile:
+    """A started profiler of host and (on a GPU) CUDA activity, for a region that `stop_profiler` ends."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        wall = time.perf_counter() - start
-    return kernel_breakdown(prof, wall, top)
+    profiler = torch.profiler.profile(activities=activities)
+    profiler.start()
+    return profiler
+
+
+def stop_profiler(profiler: torch.profiler.profile, wall_s: float, top: int = 15) -> dict:
+    """Stop a `start_profiler` profiler; the `kernel_breakdown` of its region, which took `wall_s` (measured by
+    the caller with the device synchronised at both ends)."""
+    profiler.stop()
+    return kernel_breakdown(profiler, wall_s, top)
+
+
+def profile_region(run: Callable[[], object], device: torch.device, top: int = 15) -> dict:
+    """Run `run()` once under the profiler (CUDA kernels too on a GPU), synchronised at both ends; its
+    `kernel_breakdown`."""
+    profiler = start_profiler(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return stop_profiler(profiler, time.perf_counter() - start, top)
 
 
 def format_breakdown(label: str, profile: dict) -> list[str]:

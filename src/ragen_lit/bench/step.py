@@ -26,7 +26,9 @@ cache kind, `rollout.hf_cache=auto`: "graph" on a GPU; `--engines` adds others),
 on those prompts (DynamicCache; with `--hf-static` also its static cache, which transformers compiles
 with CUDA graphs on a GPU), a plain HF update (policy `model(input_ids, labels=...)` cross-entropy
 instead of the PPO loss, eager layers) on the same mini-batches, and optionally an operator profile.
-`--set key=value ...` changes the config (e.g. `model.compile=true`).
+`--set key=value ...` changes the config (e.g. `model.compile=true`). `--profile-phases` runs one more iteration
+whose generation and first update mini-batch run under the profiler (`bench.profiling`: kernels by family and the
+device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with the model FLOPs of
 `ragen_lit.bench.common.update_flops` (padding and recomputation not counted; under LoRA only the adapters'
@@ -59,6 +61,7 @@ from ragen_lit.bench.common import (
     update_flops,
 )
 from ragen_lit.bench.machine import utc_now
+from ragen_lit.bench.profiling import format_breakdown, start_profiler, stop_profiler
 from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.bench.roofline import decode_workload, model_roofline
 from ragen_lit.bench.step_baselines import (
@@ -114,8 +117,14 @@ class PipelineProbe(L.Callback):
     """Times generation, diagnostics and prepare_batch (by wrapping the module's and data module's own
     methods) and the update (Lightning batch hooks); keeps the last iteration's rollouts and mini-batches."""
 
-    def __init__(self, clock: Clock, module: AgentRLModule, data: RolloutDataModule):
+    def __init__(
+        self, clock: Clock, module: AgentRLModule, data: RolloutDataModule, profile_iteration: int | None = None
+    ):
         self.clock = clock
+        # `profile_iteration`: its generation and first mini-batch's update run under the profiler
+        self.profile_iteration = profile_iteration
+        self.phase_profiles: dict[str, dict] = {}
+        self._profiler = None
         self.trajectories = []
         self.minibatches = []
         self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
@@ -128,8 +137,11 @@ class PipelineProbe(L.Callback):
             return module.trainer.current_epoch
 
         def timed_rollouts(*args, **kwargs):
+            profiler = start_profiler(clock.device) if epoch() == self.profile_iteration else None
             with clock.phase("generation", epoch()):
                 self.trajectories = run_rollouts(*args, **kwargs)
+            if profiler is not None:
+                self.phase_profiles["generation"] = stop_profiler(profiler, clock.seconds[epoch()]["generation"])
             return self.trajectories
 
         def timed_diagnostics(trajectories, iteration):
@@ -160,9 +172,14 @@ class PipelineProbe(L.Callback):
             masks = {k: batch[k].cpu() for k in ("attention_mask", "loss_mask")}
             self.update_masks[trainer.current_epoch].append(masks)
         self.clock.start("update")
+        if trainer.current_epoch == self.profile_iteration and batch_idx == 0:
+            self._profiler = start_profiler(self.clock.device)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.clock.stop("update", trainer.current_epoch)
+        seconds = self.clock.stop("update", trainer.current_epoch)
+        if self._profiler is not None:
+            self.phase_profiles["update"] = stop_profiler(self._profiler, seconds)
+            self._profiler = None
 
     def on_train_epoch_end(self, trainer, module):
         self.clock.sync()
@@ -201,7 +218,8 @@ def _run(args, save, folder: str) -> dict:
             "algo=ppo",
             "filter.strategy=none",
             f"diagnostics.every_n_iterations={0 if args.no_diagnostics else DIAGNOSTICS_EVERY}",
-            f"trainer.iterations={args.iterations}",
+            # --profile-phases: one more iteration, run under the profiler and left out of the means
+            f"trainer.iterations={args.iterations + args.profile_phases}",
             f"trainer.accelerator={'gpu' if device.type == 'cuda' else 'cpu'}",
         ]
         + (SMOKE_OVERRIDES if args.smoke else ["model.dtype=bfloat16"])
@@ -216,7 +234,7 @@ def _run(args, save, folder: str) -> dict:
     data = RolloutDataModule(cfg)
     progress(f"model written to {folder} and loaded; fit of {args.iterations} iterations")
     clock = Clock(device)
-    probe = PipelineProbe(clock, module, data)
+    probe = PipelineProbe(clock, module, data, profile_iteration=args.iterations if args.profile_phases else None)
     trainer = L.Trainer(
         max_epochs=cfg.trainer.iterations,
         accelerator=cfg.trainer.accelerator,
@@ -339,6 +357,7 @@ def _run(args, save, folder: str) -> dict:
         "alloc_retries": dict(clock.alloc_retries),
         "baselines": {},
         "profile": None,
+        "phase_profiles": probe.phase_profiles,
     }
     save(results)
     progress("pipeline done: " + json.dumps({k: round(v, 3) for k, v in results["step"].items()}))
@@ -474,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="also print an operator profile of one micro-batch of update work"
     )
     parser.add_argument(
+        "--profile-phases",
+        action="store_true",
+        help="run one more iteration with its generation and update under the profiler (left out of the means)",
+    )
+    parser.add_argument(
         "--pipeline-only",
         action="store_true",
         help="stop after the fit: no prepare split, engine, transformers or plain-update baselines",
@@ -497,6 +521,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results = run(args, save)
     print(format_table(results))
+    for phase, profile in results["phase_profiles"].items():
+        label = f"{phase} of iteration {args.iterations} (profiled, not in the means)"
+        print("\n".join(["", *format_breakdown(label, profile)]))
     if results["profile"]:
         print(
             "\none micro-batch of update work (token_logprobs + entropy fwd/bwd, critic fwd/bwd):\n"
