@@ -23,15 +23,18 @@ KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton ke
 
 
 def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
-    """Device time per kernel family, busy fraction of `wall_s`, kernel count, and the `top` kernels by device
-    time, from a finished `torch.profiler.profile`."""
+    """Device time per kernel family, busy fraction of `wall_s`, kernel count, the `top` kernels by device
+    time and the `top` host operators by self time, from a finished `torch.profiler.profile`."""
     per_kernel: dict[str, float] = defaultdict(float)
+    per_host_op: dict[str, float] = defaultdict(float)
     launches = 0
     for event in prof.events():
         # user annotations (e.g. `Optimizer.step#AdamW.step`) span kernels already counted
         if event.device_type == torch.autograd.DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
             per_kernel[event.name] += event.device_time_total / 1e6  # microseconds → seconds
             launches += 1
+        elif event.device_type == torch.autograd.DeviceType.CPU:
+            per_host_op[event.name] += event.self_cpu_time_total / 1e6
     families: dict[str, float] = defaultdict(float)
     for name, seconds in per_kernel.items():
         family = next((f for f, pattern in KERNEL_FAMILIES if pattern.search(name)), "other element-wise")
@@ -45,6 +48,12 @@ def kernel_breakdown(prof, wall_s: float, top: int) -> dict:
         "kernels": launches,
         "families_s": dict(sorted(families.items(), key=lambda kv: -kv[1])),
         "top_kernels": [(name[:110], seconds) for name, seconds in ranked],
+        # where the host's time went (self time of each operator or Python-side region): for a region that
+        # the device waits on, the launches and Python between kernels
+        "host_s": sum(per_host_op.values()),
+        "top_host_ops": [
+            (name[:110], seconds) for name, seconds in sorted(per_host_op.items(), key=lambda kv: -kv[1])[:top]
+        ],
     }
 
 
@@ -79,7 +88,8 @@ def profile_region(run: Callable[[], object], device: torch.device, top: int = 1
 
 
 def format_breakdown(label: str, profile: dict) -> list[str]:
-    """Report lines of one `kernel_breakdown`: wall and busy time, the families, the top kernels."""
+    """Report lines of one `kernel_breakdown`: wall and busy time, the families, the top kernels and host
+    operators."""
     wall = f"{label}: wall {profile['wall_s'] * 1e3:.1f} ms"
     if not profile["device_busy_s"]:
         return [f"{wall} (no CUDA kernels recorded: CPU run)"]
@@ -92,4 +102,11 @@ def format_breakdown(label: str, profile: dict) -> list[str]:
         for family, seconds in profile["families_s"].items()
     ]
     top = [f"  {seconds * 1e3:8.1f} ms  {name}" for name, seconds in profile["top_kernels"]]
-    return [*lines, "  top kernels:", *top]
+    host = [f"  {seconds * 1e3:8.1f} ms  {name}" for name, seconds in profile["top_host_ops"]]
+    return [
+        *lines,
+        "  top kernels:",
+        *top,
+        f"  top host operators (self time; {profile['host_s'] * 1e3:.0f} ms in all):",
+        *host,
+    ]
