@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ("algo.overlong_cache_fraction=1.5", "algo.overlong_cache_fraction=1.5 is out of range; it must be <= 1.0"),
         ("algo.overlong_cache_fraction=-0.1", "algo.overlong_cache_fraction=-0.1 is out of range; it must be >= 0.0"),
         ("algo.dynamic_sampling=maybe", "algo.dynamic_sampling"),
+        ("optim.pad_to_multiple=0", "optim.pad_to_multiple=0 is out of range; it must be >= 1"),
     ],
 )
 def test_bad_overrides_name_key_value_and_allowed(override, message):
@@ -39,6 +40,13 @@ def test_bad_overrides_name_key_value_and_allowed(override, message):
         load_config(None, [override])
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_padding_to_a_multiple_and_packing_without_padding_are_refused_together():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["optim.padding_free=true", "optim.pad_to_multiple=64"])
+    assert "optim.pad_to_multiple=64" in str(err.value) and "optim.padding_free=true" in str(err.value)
+    assert load_config(None, ["optim.pad_to_multiple=64"]).optim.pad_to_multiple == 64
 
 
 def test_presets_set_section_and_fields_override_after():

@@ -266,6 +266,10 @@ class OptimConfig:
     """token budget of a micro-batch instead of micro_batch_size sequences (0 = off): sequences, longest first, while
     the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest); a longer
     sequence goes alone. The update is the same for any grouping"""
+    pad_to_multiple: int = checked(1, ge=1)
+    """each micro-batch's padded width rounded up to a multiple of this (1 = off; not with padding_free): widths then
+    repeat from one iteration to the next, so kernels that plan per shape (cuDNN attention builds a plan for each new
+    sequence length) reuse their plans, for at most multiple-1 padded positions per row. Same results"""
     padding_free: bool = False
     """the update and every log-prob/value pass run a micro-batch's sequences end to end as one sequence (positions
     restart per sequence, block-diagonal causal attention) instead of padding them to the longest: same results, no
@@ -452,6 +456,11 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
+    if cfg.optim.padding_free and cfg.optim.pad_to_multiple > 1:
+        raise ConfigError(
+            f"optim.pad_to_multiple={cfg.optim.pad_to_multiple} pads rows that optim.padding_free=true packs without "
+            "padding; use one of them (pad_to_multiple=1 is off)"
+        )
     return cfg
 
 

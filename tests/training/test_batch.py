@@ -35,3 +35,14 @@ def test_token_budget_micro_batches_merge_back_like_fixed_size_ones():
     assert [p["input_ids"].shape for p in parts] == [(1, 4), (2, 3), (1, 1)]
     merged = merge_micro_batches([p["input_ids"] * p["attention_mask"] for p in parts], batch)
     assert torch.equal(merged, batch["input_ids"] * mask)
+
+
+def test_widths_round_up_to_the_multiple_with_zero_padding_and_merge_back():
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    batch = {"input_ids": torch.arange(1, 21).view(4, 5), "attention_mask": mask, "scores": torch.arange(4.0)}
+    parts = list(micro_batches(batch, 2, multiple=4))  # lengths 5, 3 -> width 8 (beyond the batch's 5); 2, 1 -> 4
+    assert [p["input_ids"].shape for p in parts] == [(2, 8), (2, 4)]
+    assert parts[0]["input_ids"][:, 5:].eq(0).all() and not parts[0]["attention_mask"][:, 5:].any()
+    assert parts[0]["scores"].tolist() == [3.0, 2.0]  # 1-D values are left as they are
+    merged = merge_micro_batches([p["input_ids"] * p["attention_mask"] for p in parts], batch)
+    assert torch.equal(merged, batch["input_ids"] * mask)

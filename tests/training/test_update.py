@@ -83,9 +83,11 @@ def test_the_gradient_does_not_depend_on_the_micro_batch_size(tiny_model_dir, tm
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
-def test_padding_free_micro_batches_prepare_and_update_as_padded_ones(tiny_model_dir, tmp_path):
-    """`optim.padding_free` with a token budget: old and reference log-probs, values, advantages, losses and
-    the actor's and critic's gradients equal those of padded micro-batches of a fixed size (fp32)."""
+@pytest.mark.parametrize("variant", ["padding_free", "pad_to_multiple"])
+def test_packed_or_widened_micro_batches_prepare_and_update_as_plain_ones(tiny_model_dir, tmp_path, variant):
+    """`optim.padding_free` with a token budget, or `optim.pad_to_multiple` (widths rounded up, beyond the batch's
+    own): old and reference log-probs, values, advantages, losses and the actor's and critic's gradients equal
+    those of plain padded micro-batches of a fixed size (fp32)."""
     overrides = ["algo=ppo", "algo.kl_coef=0.1", "algo.loss_agg=seq-mean-token-mean"]
     module, batch = _module_and_batch(tiny_model_dir, tmp_path, overrides)
     assert module.critic is not None and module.reference is not None
@@ -98,10 +100,13 @@ def test_padding_free_micro_batches_prepare_and_update_as_padded_ones(tiny_model
 
     module._step = spy
     budget = int(batch["attention_mask"].sum()) // 3  # micro-batches of different row counts
+    multiple = batch["input_ids"].shape[1] + 7  # every micro-batch wider than the whole batch
+    settings = {"padding_free": (True, budget, 1), "pad_to_multiple": (False, 0, multiple)}[variant]
     runs = []
-    for padding_free, micro_batch_tokens in ((False, 0), (True, budget)):
+    for padding_free, micro_batch_tokens, pad_to_multiple in ((False, 0, 1), settings):
         module.load_state_dict(state)
-        module.cfg.optim.padding_free, module.cfg.optim.micro_batch_tokens = padding_free, micro_batch_tokens
+        o = module.cfg.optim
+        o.padding_free, o.micro_batch_tokens, o.pad_to_multiple = padding_free, micro_batch_tokens, pad_to_multiple
         prepared = {k: v.clone() for k, v in batch.items()}
         metrics = module.prepare_batch(prepared, keep_ratio=1.0)
         optimizers, schedulers = module.configure_optimizers()

@@ -70,12 +70,15 @@ def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.argsort(batch["attention_mask"].sum(-1), descending=True, stable=True)
 
 
-def micro_batches(batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0, packed: bool = False):
+def micro_batches(
+    batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0, packed: bool = False, multiple: int = 1
+):
     """Micro-batches taken in `length_order`, each cut to its longest row: rows of similar length share a
     micro-batch, so little compute goes to padding. Each holds `size` rows, or with `max_tokens` as many
     as one forward of at most that many tokens runs (`token_budget_bounds`; `packed`: a padding-free
     forward). Losses are normalised by the mini-batch totals, so how rows are grouped does not change the
-    update."""
+    update. `multiple`: each micro-batch's width rounded up to a multiple of it (`optim.pad_to_multiple`),
+    right-padded with zeros (masked) beyond the batch's own width."""
     order = length_order(batch)
     lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
     if max_tokens:
@@ -86,7 +89,15 @@ def micro_batches(batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0
         rows = order[start:stop]
         part = {k: v[rows] for k, v in batch.items()}
         length = int(lengths[start])  # longest first: the slice's first row is its longest
-        yield {k: (v[:, :length] if v.dim() == 2 else v) for k, v in part.items()}
+        width = -(-length // multiple) * multiple
+        yield {k: (_to_width(v, width) if v.dim() == 2 else v) for k, v in part.items()}
+
+
+def _to_width(values: torch.Tensor, width: int) -> torch.Tensor:
+    """`values` [B, T] cut or right-padded with zeros to [B, width]."""
+    if width <= values.shape[1]:
+        return values[:, :width]
+    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
 
 def token_budget_bounds(lengths: Sequence[int], max_tokens: int, packed: bool) -> list[tuple[int, int]]:
@@ -112,5 +123,5 @@ def merge_micro_batches(parts: Sequence[torch.Tensor], batch: dict[str, torch.Te
 
     parts: [b_i, t_i] per micro-batch, in `micro_batches` order -> [B, T]."""
     width = batch["input_ids"].shape[1]
-    rows = torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
+    rows = torch.cat([_to_width(part, width) for part in parts])
     return torch.empty_like(rows).index_copy_(0, length_order(batch), rows)

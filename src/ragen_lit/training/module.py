@@ -184,7 +184,11 @@ class AgentRLModule(L.LightningModule):
         """`(micro-batch, is_real)` pairs over `batch` (None or zero rows: this rank has nothing), padded
         with dummies to the busiest rank's count under FSDP (`parallel.lockstep`)."""
         o = self.cfg.optim
-        real = () if batch is None else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free)
+        real = (
+            ()
+            if batch is None
+            else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free, o.pad_to_multiple)
+        )
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
     def on_fit_start(self):
