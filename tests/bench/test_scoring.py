@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragen_lit.bench.scoring import scoring_flops
+from ragen_lit.bench.scoring import scoring_flops, workload
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_scoring.py"
 
@@ -30,13 +30,22 @@ def test_scoring_flops_by_hand():
     assert scoring_flops(config, prompts, reasonings) == prefix + row(2) + row(3)
 
 
+def test_fresh_draws_change_the_prompt_lengths_within_their_range():
+    args = SimpleNamespace(prompts=16, reasonings=4, prompt_min=20, prompt_max=90, reasoning_tokens=10)
+    spread, first, second = (workload(args, 100, draw) for draw in (0, 1, 2))
+    lengths = [[len(p) for p in prompts] for prompts, _ in (spread, first, second)]
+    assert lengths[0] == sorted(lengths[0]) and (lengths[0][0], lengths[0][-1]) == (20, 90)  # evenly spread
+    assert lengths[1] != lengths[2] and all(20 <= n <= 90 for n in lengths[1] + lengths[2])
+    assert workload(args, 100, 1)[0] == first[0]  # a draw is reproducible
+
+
 @pytest.mark.slow
 def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     out = tmp_path / "scoring.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--model", "tiny", "--prompts", "4", "--reasonings", "3", "--prompt-min", "20"]
         + ["--prompt-max", "60", "--reasoning-tokens", "10", "--tokens-per-forward", "128", "0", "--repeats", "1"]
-        + ["--modes", "eager", "compiled", "--profile", "--out", str(out)],
+        + ["--modes", "eager", "compiled", "--fresh-shapes", "--profile", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -49,6 +58,7 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     assert all(r["seconds"] > 0 and r["pairs_per_s"] > 0 for r in res["results"])
     assert res["workload"]["flops"] > 0 and 20 <= res["workload"]["prompt_tokens_mean"] <= 60
     assert "| tokens per forward | model | seconds |" in done.stdout
+    assert "every call a fresh draw of prompt lengths" in done.stdout
     # --profile's section (no CUDA kernels on a CPU)
     assert "one call at 8192 tokens per forward, compiled model" in done.stdout
 

@@ -10,7 +10,9 @@ use) with each of `--modes` (the model eager, or compiled as diagnostics run it 
 `models.compile_layers` and the compiled vocabulary head) is timed as the median of `--repeats` calls after a
 warm-up call; the report gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the call
 (`scoring_flops`) and their MFU, and the peak memory. `--profile` runs one more call of the last setting under the
-profiler (`bench.profiling`: kernels by family, device busy fraction).
+profiler (`bench.profiling`: kernels by family, device busy fraction). Each timed call repeats the warm-up's
+shapes, a best case: a run's diagnostics meet new prompt lengths at every iteration, and `--fresh-shapes` gives
+every call its own draw of them, so that what is cached per shape (cuDNN attention plans) is paid as in a run.
 Entry point: `scripts/bench_scoring.py`.
 """
 
@@ -35,11 +37,17 @@ from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import compile_layers
 
 
-def workload(args, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Random prompts (lengths evenly spread over [prompt_min, prompt_max]) and reasonings (± 20%)."""
-    generator = torch.Generator().manual_seed(0)
-    step = (args.prompt_max - args.prompt_min) / max(args.prompts - 1, 1)
-    prompt_lengths = [round(args.prompt_min + i * step) for i in range(args.prompts)]
+def workload(args, vocab_size: int, draw: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    """Random prompts and reasonings (± 20% around `--reasoning-tokens`). Draw 0: prompt lengths evenly spread over
+    [prompt_min, prompt_max]; draw k > 0 (`--fresh-shapes`): lengths drawn uniformly in that range, new ones per
+    draw, as every diagnostics iteration of a run meets new lengths."""
+    generator = torch.Generator().manual_seed(draw)
+    if draw:
+        drawn = torch.randint(args.prompt_min, args.prompt_max + 1, (args.prompts,), generator=generator)
+        prompt_lengths = drawn.tolist()
+    else:
+        step = (args.prompt_max - args.prompt_min) / max(args.prompts - 1, 1)
+        prompt_lengths = [round(args.prompt_min + i * step) for i in range(args.prompts)]
     spread = torch.rand(args.reasonings, generator=generator)
     reasoning_lengths = [max(1, round(args.reasoning_tokens * (0.8 + 0.4 * float(u)))) for u in spread]
 
@@ -87,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the model eager, or as diagnostics run it under model.compile=true (compiled norms, MLPs and head)",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--fresh-shapes",
+        action="store_true",
+        help="every call scores a new draw of prompt lengths (as each diagnostics iteration does): shape-keyed "
+        "caches (cuDNN attention plans) cannot serve a timed call from the warm-up",
+    )
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None, help="default: bf16 on a GPU")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--profile", action="store_true", help="kernel breakdown of one more call (last setting)")
@@ -101,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     model = random_model(args.model, getattr(torch, dtype), device)
     prompts, reasonings = workload(args, model.config.vocab_size)
     flops = scoring_flops(model.config, prompts, reasonings)
+    # --fresh-shapes: the warm-up and each timed call get their own draw (new lengths, so new forward shapes)
+    draws = iter(range(1, 1 + (1 + args.repeats) * len(args.tokens_per_forward) * len(args.modes)))
 
     def sync() -> None:
         if device.type == "cuda":
@@ -114,19 +130,22 @@ def main(argv: list[str] | None = None) -> int:
     for bound, mode in [(bound, mode) for bound in args.tokens_per_forward for mode in args.modes]:
         resolved = tokens_per_forward(model, bound)
 
-        def call(resolved: int = resolved, mode: str = mode):
-            return cross_score(
-                models[mode], prompts, reasonings, max_tokens_per_forward=resolved, compile_head=mode == "compiled"
-            )
+        def call(resolved: int = resolved, mode: str = mode, work=(prompts, reasonings)):
+            return cross_score(models[mode], *work, max_tokens_per_forward=resolved, compile_head=mode == "compiled")
 
-        call()  # warm-up
+        def fresh() -> tuple:
+            return workload(args, model.config.vocab_size, next(draws)) if args.fresh_shapes else (prompts, reasonings)
+
+        call(work=fresh())  # warm-up
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        times = []
+        times, work_flops = [], []
         for _ in range(args.repeats):
+            work = fresh()
+            work_flops.append(scoring_flops(model.config, *work))
             sync()
             start = time.perf_counter()
-            call()
+            call(work=work)
             sync()
             times.append(time.perf_counter() - start)
         seconds = statistics.median(times)
@@ -137,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": seconds,
                 "times_s": times,
                 "pairs_per_s": len(prompts) * len(reasonings) / seconds,
-                "mfu": flops / seconds / PEAK_FLOPS if device.type == "cuda" else float("nan"),
+                "mfu": sum(work_flops) / sum(times) / PEAK_FLOPS if device.type == "cuda" else float("nan"),
                 "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan"),
             }
         )
@@ -150,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         f"init, {dtype}",
         f"workload: {len(reasonings)} reasonings ({mean_reasoning:.0f} tokens on average) x {len(prompts)} prompts "
         f"({args.prompt_min}-{args.prompt_max} tokens, {mean_prompt:.0f} on average); {flops / 1e12:.1f} TFLOP per "
-        f"call; median of {args.repeats} calls after a warm-up",
+        f"call; median of {args.repeats} calls after a warm-up"
+        + ("; every call a fresh draw of prompt lengths" if args.fresh_shapes else ""),
         "",
         "| tokens per forward | model | seconds | pairs/s | MFU | peak GiB |",
         "| ---: | --- | ---: | ---: | ---: | ---: |",
