@@ -53,8 +53,9 @@ def cross_score(
         max_tokens_per_forward: bound on the padded tokens of one forward. Scoring forwards count
             rows × (longest prompt + longest reasoning of the batch), since every row's attention (and
             its copy of the cached keys/values) spans its prompt's prefix padded to the batch's longest;
-            prefix forwards count prompts × longest prefix (that group cache, itself within the bound,
-            stays alive while its rows are scored); the fallback counts pairs × longest pair. A row or
+            prefix forwards count prompts × longest prefix (that group cache, within the bound but for
+            room for the longest row after each prefix, stays alive while its rows are scored); the
+            fallback counts pairs × longest pair. A row or
             prompt longer than the bound gets a forward of its own.
         pad_token_id: id written into padding (masked out, never scored).
         max_tokens_per_chunk: most positions whose full-vocabulary logits exist at once.
