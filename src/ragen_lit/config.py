@@ -84,6 +84,10 @@ class ModelConfig:
     """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
     flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
     through it, and the hf engine loses its fixed-shape decode, so pair it with rollout.engine=vllm) | eager"""
+    sdpa_cudnn: bool = True
+    """let sdpa use cuDNN's attention kernels (PyTorch's first choice on Hopper GPUs). false: this process's sdpa
+    uses the flash and memory-efficient kernels instead, which build nothing per shape; cuDNN builds an execution
+    plan for every new sequence length, and a run's lengths change at every iteration (docs/PERFORMANCE.md)"""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """low-rank adapters (peft) on the policy and the critic's backbone"""
 

@@ -193,6 +193,8 @@ class AgentRLModule(L.LightningModule):
 
     def on_fit_start(self):
         cap_process_memory(self.device, self.cfg.trainer.gpu_memory_fraction)
+        if not self.cfg.model.sdpa_cudnn:
+            torch.backends.cuda.enable_cudnn_sdp(False)  # before the first rollout, prepare or update
         if self.reference is not None:
             self._reference[0] = self.reference.to(self.device)
 
