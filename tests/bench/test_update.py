@@ -61,8 +61,9 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
             str(SCRIPT),
             "--smoke",
             "--repeats",
-            "1",
+            "2",
             "--profile",
+            "--fresh-shapes",
             "--out",
             str(out),
             "--variant",
@@ -82,10 +83,13 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
     assert done.returncode == 1, done.stderr[-3000:]  # the bad variant fails, the report still prints
     assert "| mb2 | optim.micro_batch_size=2 | 2 |" in done.stdout
     assert "| bad | failed: " in done.stdout and "optim.micro_batch_size" in done.stdout
+    assert "every pass its own batch (--fresh-shapes)" in done.stdout
     res = json.loads(out.read_text())
     good = res["results"][0]
     assert good["micro_batch_size"] == 2 and good["update_s"] > 0 and good["tokens_per_s"] > 0
     assert good["profile"]["wall_s"] > 0
+    tokens = good["tokens_per_pass"]  # --fresh-shapes: each timed pass trains on its own batch
+    assert len(tokens) == 2 and tokens[0] != tokens[1]
     lora = res["results"][1]  # the adapters (and the critic's value head) train, a few percent of the weights
     assert lora["update_s"] > 0 and 0 < lora["trainable_params"] < good["trainable_params"] / 10
     grpo = res["results"][2]  # no critic: the actor's weights alone train

@@ -13,13 +13,15 @@ optimizer state); the median of `--repeats` timed passes is reported, with the M
 `bench_step.py` (`ragen_lit.bench.common.update_flops`: under LoRA the frozen weights need no weight
 gradient; the "naive 6N" column counts every weight as trained).
 
-A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>`
-(flash | cudnn | efficient | math: restricts `scaled_dot_product_attention` to that kernel for the whole
-update). Padded against padding-free micro-batches: a variant with `optim.padding_free=true` (on a GPU
-with `model.attention=flex_attention`) beside one without; the MFU counts real tokens only, so the two
-compare directly. `--profile` records one mini-batch per variant with the CUDA profiler and prints the device
-time by kernel family (matmul, attention, triton-fused element-wise, other element-wise, optimizer),
-the device's busy fraction of the wall time, and the top kernels.
+A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>` (flash | cudnn
+| efficient | math: restricts `scaled_dot_product_attention` to that kernel for the whole update). Padded against
+padding-free micro-batches: a variant with `optim.padding_free=true` (on a GPU with
+`model.attention=flex_attention`) beside one without; the MFU counts real tokens only, so the two compare directly.
+`--fresh-shapes` gives every pass its own batch (new lengths, so new micro-batch widths, as every iteration of a
+run has), where by default every pass replays one batch and shape-keyed caches (cuDNN attention's plans) serve all
+passes after the warm-up. `--profile` records one mini-batch per variant with the CUDA profiler and prints the
+device time by kernel family (matmul, attention, triton-fused element-wise, other element-wise, optimizer), the
+device's busy fraction of the wall time, and the top kernels.
 Entry point: `scripts/bench_update.py`.
 """
 
@@ -122,7 +124,6 @@ def run_variant(args) -> dict:
     module.configure_model()
     config = module.policy.config
     vocab = min(config.vocab_size, 32768)
-    batch = synthetic_batch(args.rows, args.length, args.turns, args.response, vocab, seed=0, spread=args.length_spread)
     attention = nullcontext()
     if sdpa:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -139,12 +140,20 @@ def run_variant(args) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    with attention:
+    def prepared_minibatches(seed: int) -> list[dict[str, torch.Tensor]]:
+        batch = synthetic_batch(
+            args.rows, args.length, args.turns, args.response, vocab, seed=seed, spread=args.length_spread
+        )
         module.prepare_batch(batch, keep_ratio=1.0)
         plan = plan_minibatches(
             args.rows, args.rows, cfg.optim.num_minibatches, "scale", 1, torch.Generator().manual_seed(0)
         )
-        minibatches = [select_rows(batch, rows) for rows in plan]
+        return [select_rows(batch, rows) for rows in plan]
+
+    with attention:
+        # --fresh-shapes: every pass its own batch (new lengths, so new micro-batch widths), as every iteration of
+        # a run has; else every pass replays the first batch
+        passes = [prepared_minibatches(k if args.fresh_shapes else 0) for k in range(1 + args.repeats)]
         optimizers, schedulers = module.configure_optimizers()
 
         def one_pass(batches) -> float:
@@ -156,16 +165,21 @@ def run_variant(args) -> dict:
             module.pop_step_stats()
             return time.perf_counter() - start
 
-        warmup_s = one_pass(minibatches)
+        warmup_s = one_pass(passes[0])
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        times = [one_pass(minibatches) for _ in range(args.repeats)]
+        times = [one_pass(minibatches) for minibatches in passes[1:]]
         profile = None
         if args.profile:
-            profile = profile_region(lambda: one_pass(minibatches[:1]), device, args.top)
+            extra = prepared_minibatches(1 + args.repeats) if args.fresh_shapes else passes[0]
+            profile = profile_region(lambda: one_pass(extra[:1]), device, args.top)
     update_s = statistics.median(times)
     policy, critic = module_weights(module)
-    flops, naive = update_flops(config, minibatches, policy, critic)
+    # per timed pass on average (with --fresh-shapes each pass is its own batch), against the median pass time
+    counts = [update_flops(config, minibatches, policy, critic) for minibatches in passes[1:]]
+    flops, naive = (statistics.mean(c[i] for c in counts) for i in (0, 1))
+    pass_tokens = [sum(int(mb["attention_mask"].sum()) for mb in minibatches) for minibatches in passes[1:]]
+    tokens = statistics.mean(pass_tokens)
     peak = PEAK_FLOPS if device.type == "cuda" else float("nan")
     return {
         "variant": name,
@@ -180,7 +194,8 @@ def run_variant(args) -> dict:
         "times_s": times,
         "mfu": flops / update_s / peak,
         "mfu_naive_count": naive / update_s / peak,
-        "tokens_per_s": int(batch["attention_mask"].sum()) / update_s,
+        "tokens_per_s": tokens / update_s,
+        "tokens_per_pass": pass_tokens,
         "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan"),
         "profile": profile,
     }
@@ -192,7 +207,8 @@ def format_report(meta: dict, results: list[dict]) -> str:
         f"batch: {meta['rows']} episodes x {meta['length']} ± {meta['length_spread']:.0%} tokens "
         f"({meta['turns']} turns, {meta['response']} sampled tokens each); {meta['algo']}: actor"
         f"{' + critic' if any(r.get('critic') for r in results) else ''}, "
-        f"{meta['num_minibatches']} mini-batches; median of {meta['repeats']} passes after one warm-up pass",
+        f"{meta['num_minibatches']} mini-batches; median of {meta['repeats']} passes after one warm-up pass"
+        + ("; every pass its own batch (--fresh-shapes)" if meta["fresh_shapes"] else ""),
         "",
         "| variant | settings | micro-batch | update s | MFU | MFU (naive 6N count) | tokens/s | peak GiB "
         "| warm-up s |",
@@ -230,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--response", type=int, default=100, help="sampled tokens per turn")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the mini-batches")
     parser.add_argument("--profile", action="store_true", help="kernel breakdown of one mini-batch per variant")
+    parser.add_argument(
+        "--fresh-shapes",
+        action="store_true",
+        help="every pass trains on its own batch (new lengths): shape-keyed caches (cuDNN attention plans) are paid "
+        "as in a run, whose every iteration has new lengths",
+    )
     parser.add_argument("--top", type=int, default=15, help="kernels listed per profile")
     parser.add_argument(
         "--model",
@@ -288,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--set",
                 *args.set,
             ]
-            command += ["--smoke"] * args.smoke + ["--profile"] * args.profile
+            command += ["--smoke"] * args.smoke + ["--profile"] * args.profile + ["--fresh-shapes"] * args.fresh_shapes
             started = time.perf_counter()
             done = subprocess.run(command, stderr=subprocess.PIPE, text=True)
             if done.returncode == 0:
@@ -312,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "num_minibatches": cfg.optim.num_minibatches,
         "algo": cfg.algo.name,
+        "fresh_shapes": args.fresh_shapes,
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
