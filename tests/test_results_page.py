@@ -33,6 +33,7 @@ TABLES = [
     ("tiny-ppo-sokoban-cpu.tar.xz", "tiny-ppo-sokoban-cpu", "filter.strategy=none", None),
     ("tiny-ppo-frozenlake-cpu.tar.xz", "tiny-ppo-frozenlake-cpu", "filter.strategy=none", None),
     ("gigpo-sokoban-cpu-amd.tar.xz", "gigpo-sokoban-cpu", "algo=grpo", None),
+    ("gigpo-frozenlake-cpu-amd.tar.xz", "gigpo-frozenlake-cpu", "algo=grpo", None),
     ("budget-smollm2-h200.tar.xz", "budget/ppo-*", "ppo-8x16: filter.strategy=none", BUDGET),
     ("budget-smollm2-h200.tar.xz", "budget/grpo-*", "grpo-8x16: filter.strategy=none", BUDGET),
 ]
