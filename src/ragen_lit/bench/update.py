@@ -153,7 +153,8 @@ def run_variant(args) -> dict:
     with attention:
         # --fresh-shapes: every pass its own batch (new lengths, so new micro-batch widths), as every iteration of
         # a run has; else every pass replays the first batch
-        passes = [prepared_minibatches(k if args.fresh_shapes else 0) for k in range(1 + args.repeats)]
+        first = prepared_minibatches(0)
+        passes = [first] + [prepared_minibatches(k) if args.fresh_shapes else first for k in range(1, 1 + args.repeats)]
         optimizers, schedulers = module.configure_optimizers()
 
         def one_pass(batches) -> float:
