@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ("algo.overlong_cache_fraction=1.5", "algo.overlong_cache_fraction=1.5 is out of range; it must be <= 1.0"),
         ("algo.overlong_cache_fraction=-0.1", "algo.overlong_cache_fraction=-0.1 is out of range; it must be >= 0.0"),
         ("algo.dynamic_sampling=maybe", "algo.dynamic_sampling"),
-        ("optim.pad_to_multiple=0", "optim.pad_to_multiple=0 is out of range; it must be >= 1"),
+        ("optim.pad_to_multiple=-1", "optim.pad_to_multiple=-1 is out of range; it must be >= 0"),
     ],
 )
 def test_bad_overrides_name_key_value_and_allowed(override, message):
@@ -47,6 +47,7 @@ def test_padding_to_a_multiple_and_packing_without_padding_are_refused_together(
         load_config(None, ["optim.padding_free=true", "optim.pad_to_multiple=64"])
     assert "optim.pad_to_multiple=64" in str(err.value) and "optim.padding_free=true" in str(err.value)
     assert load_config(None, ["optim.pad_to_multiple=64"]).optim.pad_to_multiple == 64
+    assert load_config(None, ["optim.padding_free=true"]).optim.pad_to_multiple == 0  # auto stays legal
 
 
 def test_presets_set_section_and_fields_override_after():
@@ -248,3 +249,11 @@ def test_gigpo_needs_an_env_with_anchor_states():
         load_config(None, ["algo=gigpo", "algo.gigpo_gamma=1.5"])
     with pytest.raises(ConfigError, match="algo.gigpo_step_weight"):
         load_config(None, ["algo=gigpo", "algo.gigpo_step_weight=-1"])
+
+
+def test_a_saved_config_with_a_retired_key_still_loads(tmp_path, caplog):
+    saved = tmp_path / "run.yaml"
+    saved.write_text("model:\n  sdpa_cudnn: false\noptim:\n  micro_batch_size: 4\n")
+    cfg = load_config(saved)
+    assert cfg.optim.micro_batch_size == 4
+    assert "model.sdpa_cudnn is ignored" in caplog.text

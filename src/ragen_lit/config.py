@@ -49,6 +49,11 @@ MIN_CONTEXT_TOKENS = 256
 
 # old dotted key -> its new name; the old one is still accepted, with one warning
 RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
+# dotted key of a removed setting -> why; a config that still has it (a run saved before) loads, with one warning
+RETIRED_KEYS = {
+    "model.sdpa_cudnn": "it did not keep a compiled update off cuDNN's kernels and gained nothing on an H200 "
+    "(docs/PERFORMANCE.md); optim.pad_to_multiple does what it was for",
+}
 
 
 @dataclass
@@ -84,10 +89,6 @@ class ModelConfig:
     """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
     flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
     through it, and the hf engine loses its fixed-shape decode, so pair it with rollout.engine=vllm) | eager"""
-    sdpa_cudnn: bool = True
-    """let sdpa use cuDNN's attention kernels (PyTorch's first choice on Hopper GPUs). false: this process's sdpa
-    uses the flash and memory-efficient kernels instead, which build nothing per shape; cuDNN builds an execution
-    plan for every new sequence length, and a run's lengths change at every iteration (docs/PERFORMANCE.md)"""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """low-rank adapters (peft) on the policy and the critic's backbone"""
 
@@ -270,10 +271,12 @@ class OptimConfig:
     """token budget of a micro-batch instead of micro_batch_size sequences (0 = off): sequences, longest first, while
     the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest); a longer
     sequence goes alone. The update is the same for any grouping"""
-    pad_to_multiple: int = checked(1, ge=1)
-    """each micro-batch's padded width rounded up to a multiple of this (1 = off; not with padding_free): widths then
-    repeat from one iteration to the next, so kernels that plan per shape (cuDNN attention builds a plan for each new
-    sequence length) reuse their plans, for at most multiple-1 padded positions per row. Same results"""
+    pad_to_multiple: int = checked(0, ge=0)
+    """each micro-batch's padded width rounded up to a multiple of this, so that widths repeat from one iteration to the
+    next and kernels that plan per shape reuse their plans (cuDNN attention builds one for each new sequence length: on
+    an H200 the single-turn update took 0.85 s with new widths every iteration, 0.41 s at 64; docs/PERFORMANCE.md).
+    At most multiple-1 padded positions per row; same results. 0 = auto: 64 on a GPU, off on a CPU (no plans to reuse)
+    and with padding_free; 1 = off. Not > 1 with padding_free"""
     padding_free: bool = False
     """the update and every log-prob/value pass run a micro-batch's sequences end to end as one sequence (positions
     restart per sequence, block-diagonal causal attention) instead of padding them to the longest: same results, no
@@ -463,7 +466,7 @@ def validate(cfg: Config) -> Config:
     if cfg.optim.padding_free and cfg.optim.pad_to_multiple > 1:
         raise ConfigError(
             f"optim.pad_to_multiple={cfg.optim.pad_to_multiple} pads rows that optim.padding_free=true packs without "
-            "padding; use one of them (pad_to_multiple=1 is off)"
+            "padding; use one of them (pad_to_multiple=0 leaves it to padding_free)"
         )
     return cfg
 
@@ -573,6 +576,11 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
                 raise ConfigError(f"--config {path}: section {section} is {value!r}; it must be {what}")
         tree = loaded
         yaml_keys = [f"{s}.{k}" for s, sect in tree.items() if isinstance(sect, dict) for k in sect]
+        for key in set(yaml_keys) & set(RETIRED_KEYS):
+            section, name = key.split(".")
+            log.warning(f"--config {path}: {key} is ignored: it was removed, {RETIRED_KEYS[key]}")
+            del tree[section][name]
+            yaml_keys.remove(key)
         for old, new in _renamed(yaml_keys, f"--config {path}").items():
             section = old.split(".")[0]
             tree[section][new.split(".")[1]] = tree[section].pop(old.split(".")[1])

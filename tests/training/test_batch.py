@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from ragen_lit.training.batch import merge_micro_batches, micro_batches, token_budget_bounds
+from ragen_lit.training.batch import (
+    GPU_PAD_MULTIPLE,
+    merge_micro_batches,
+    micro_batches,
+    pad_multiple,
+    token_budget_bounds,
+)
 
 
 def test_merge_puts_every_row_back_in_its_place_and_width():
@@ -46,3 +52,13 @@ def test_widths_round_up_to_the_multiple_with_zero_padding_and_merge_back():
     assert parts[0]["scores"].tolist() == [3.0, 2.0]  # 1-D values are left as they are
     merged = merge_micro_batches([p["input_ids"] * p["attention_mask"] for p in parts], batch)
     assert torch.equal(merged, batch["input_ids"] * mask)
+
+
+def test_auto_pad_multiple_is_64_on_a_gpu_and_off_on_a_cpu_or_when_packing():
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert GPU_PAD_MULTIPLE == 64
+    assert pad_multiple(0, False, cuda) == 64
+    assert pad_multiple(0, True, cuda) == 1  # padding-free micro-batches have no width to round
+    assert pad_multiple(0, False, cpu) == 1
+    assert pad_multiple(32, False, cpu) == 32  # an explicit setting wins everywhere
+    assert pad_multiple(1, False, cuda) == 1

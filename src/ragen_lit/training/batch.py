@@ -70,6 +70,19 @@ def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.argsort(batch["attention_mask"].sum(-1), descending=True, stable=True)
 
 
+# `optim.pad_to_multiple=0` (auto) on a GPU: micro-batch widths rounded up to this, so that they repeat
+GPU_PAD_MULTIPLE = 64
+
+
+def pad_multiple(setting: int, padding_free: bool, device: torch.device) -> int:
+    """The multiple micro-batch widths are rounded up to (`optim.pad_to_multiple`): the setting itself, or for 0
+    (auto) `GPU_PAD_MULTIPLE` on a GPU, where cuDNN attention plans per width, and 1 (off) on a CPU or with
+    padding-free micro-batches."""
+    if setting:
+        return setting
+    return GPU_PAD_MULTIPLE if device.type == "cuda" and not padding_free else 1
+
+
 def micro_batches(
     batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0, packed: bool = False, multiple: int = 1
 ):

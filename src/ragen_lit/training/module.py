@@ -45,7 +45,7 @@ from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
-from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, select_rows
+from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, pad_multiple, select_rows
 from ragen_lit.training.build_models import build_models
 from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
@@ -180,6 +180,11 @@ class AgentRLModule(L.LightningModule):
             return self.policy
         return self._fsdp.inference_policy(self.device, self._policy_version)
 
+    @property
+    def _pad_multiple(self) -> int:
+        o = self.cfg.optim
+        return pad_multiple(o.pad_to_multiple, o.padding_free, self.device)
+
     def _micro_batches(self, batch: dict[str, torch.Tensor] | None) -> list[tuple[dict[str, torch.Tensor], bool]]:
         """`(micro-batch, is_real)` pairs over `batch` (None or zero rows: this rank has nothing), padded
         with dummies to the busiest rank's count under FSDP (`parallel.lockstep`)."""
@@ -187,14 +192,12 @@ class AgentRLModule(L.LightningModule):
         real = (
             ()
             if batch is None
-            else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free, o.pad_to_multiple)
+            else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free, self._pad_multiple)
         )
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
     def on_fit_start(self):
         cap_process_memory(self.device, self.cfg.trainer.gpu_memory_fraction)
-        if not self.cfg.model.sdpa_cudnn:
-            torch.backends.cuda.enable_cudnn_sdp(False)  # before the first rollout, prepare or update
         if self.reference is not None:
             self._reference[0] = self.reference.to(self.device)
 
