@@ -236,3 +236,45 @@ def test_no_reasonings_gives_empty_rows():
 def test_bad_inputs_raise(prompts, reasonings, kwargs, message):
     with pytest.raises(ValueError, match=message):
         cross_score(tiny_model("qwen2"), prompts, reasonings, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama", "llama-eager"])
+@pytest.mark.parametrize("max_tokens_per_forward", [8192, 60, 1])
+def test_padded_widths_match_naive(kind, max_tokens_per_forward):
+    """`pad_widths` (on by default on a GPU): prefixes and rows rounded up to multiples of 64 and 16, masked."""
+    assert_matches_naive(
+        tiny_model(kind),
+        MIXED_PROMPTS,
+        MIXED_REASONINGS,
+        max_tokens_per_forward=max_tokens_per_forward,
+        pad_token_id=3,
+        max_tokens_per_chunk=5,
+        pad_widths=True,
+    )
+
+
+def test_padded_widths_repeat_across_calls_with_new_lengths():
+    """Calls whose prompts and reasonings have new lengths run forwards of the same widths when padded."""
+    model = tiny_model("qwen2")
+    widths = []
+    record_forward(model, widths)
+    for seed in (10, 11):
+        generator = torch.Generator().manual_seed(seed)
+        prompts = token_lists(torch.randint(40, 60, (3,), generator=generator).tolist(), seed)
+        reasonings = token_lists(torch.randint(5, 14, (4,), generator=generator).tolist(), seed + 1)
+        cross_score(model, prompts, reasonings, pad_widths=True)
+    assert {(length, cached) for _, length, cached in widths} == {(64, 0), (16, 64)}
+
+
+def test_grouped_heads_are_scored_without_repeating_keys(monkeypatch):
+    """The scorer's masked attention stacks the query heads of a key/value head (`fold_gqa_attention`) and
+    leaves the model's attention setting as it found it."""
+    from ragen_lit.models import gqa_attention
+
+    model = tiny_model("qwen2")
+    calls = []
+    fold = gqa_attention.fold_gqa_attention
+    monkeypatch.setattr(gqa_attention, "fold_gqa_attention", lambda *a, **k: calls.append(a[0].shape) or fold(*a, **k))
+    assert_matches_naive(model, PROMPTS, REASONINGS)
+    assert calls and all(shape[1] == TINY["num_attention_heads"] for shape in calls)
+    assert model.config._attn_implementation == "sdpa"

@@ -37,6 +37,7 @@ from transformers import Cache, DynamicCache, StaticCache
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
+from ragen_lit.models.gqa_attention import folded_gqa
 
 # Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
 # shape, 128 rows in groups of 16, ~250-token prompts, up to 100 new tokens, rows ending at random),
@@ -395,14 +396,15 @@ class HFEngine:
         if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size:
             raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
         cached = cache.get_seq_length()
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_keyword: cache},
-        )
+        with folded_gqa(self.model):  # grouped-query heads under the padding mask without key/value copies
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_keyword: cache},
+            )
         if cache.get_seq_length() == cached:
             # A forward that does not know the keyword swallows it in **kwargs and decodes every later
             # token without its context: text that looks like text, and a success rate of 0.

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
+from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 
 
@@ -40,6 +41,7 @@ def cross_score(
     max_tokens_per_chunk: int = 1024,
     temperature: float = 1.0,
     compile_head: bool = False,
+    pad_widths: bool | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
@@ -63,6 +65,9 @@ def cross_score(
             reasonings under the distribution they were sampled from (as the update's old log-probs do).
         compile_head: the vocabulary head's log-softmax and gather through `torch.compile` (`token_logprobs`;
             `model.compile`): fused kernels instead of fp32 [chunk, V] tensors; equal up to rounding.
+        pad_widths: round the forwards' widths up (prefixes to multiples of 64, rows to multiples of 16;
+            masked, same scores), so that a run's calls repeat their shapes and kernels that plan per shape
+            (cuDNN attention) reuse their plans. None: on a GPU only.
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
@@ -89,10 +94,15 @@ def cross_score(
         "compile_head": compile_head,
         "device": device,
     }
-    with torch.no_grad():
+    if pad_widths is None:
+        pad_widths = device.type == "cuda"
+    # grouped-query attention under the rows' masks without copying keys and values per query head
+    with torch.no_grad(), folded_gqa(model):
         scores = None
         if distinct_reasonings and cache_keyword(model) is not None:
-            scores = _score_with_prompt_cache(model, distinct_prompts, distinct_reasonings, **options)
+            scores = _score_with_prompt_cache(
+                model, distinct_prompts, distinct_reasonings, pad_widths=pad_widths, **options
+            )
         if scores is None:
             scores = _score_pairs(model, distinct_prompts, distinct_reasonings, **options)
     seq_logprob = scores[torch.tensor(row_of, dtype=torch.long, device=device)][
@@ -121,6 +131,7 @@ def _score_with_prompt_cache(
     temperature: float,
     compile_head: bool,
     device: torch.device,
+    pad_widths: bool,
 ) -> Tensor | None:
     """L_sum [R, N] float64 scored against prompt-prefix KV caches, or None if the model's cache is unsuitable.
 
@@ -128,16 +139,20 @@ def _score_with_prompt_cache(
     the last token) fit one forward (`_prefix_groups`); each group's prefixes are encoded in that one
     forward, then its (prompt, reasoning) rows are packed into forwards (`_pack_rows`): a row is
     `[x_{P−1} | z_r]`, right-padded, over its prompt's cached prefix (right-padded to the batch's longest
-    prefix and masked there), with positions continuing after the prefix (`_continuation_cache`).
+    prefix and masked there), with positions continuing after the prefix (`_continuation_cache`). With
+    `pad_widths`, prefix forwards and cached widths are rounded up to multiples of `_PREFIX_MULTIPLE` and row
+    widths to multiples of `_ROW_MULTIPLE` (the extra positions masked).
     """
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
     order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
     lengths = [len(reasonings[r]) for r in order]
+    prefix_multiple, row_multiple = (_PREFIX_MULTIPLE, _ROW_MULTIPLE) if pad_widths else (1, 1)
+    widest = _round_up(1 + lengths[0], row_multiple)
     # every reasoning once, longest first, right-padded behind a slot for the prompt's last token
     reasoning_ids = torch.tensor(
-        [[pad_token_id, *reasonings[r], *[pad_token_id] * (lengths[0] - len(reasonings[r]))] for r in order],
+        [[pad_token_id, *reasonings[r], *[pad_token_id] * (widest - 1 - len(reasonings[r]))] for r in order],
         dtype=torch.long,
         device=device,
     )
@@ -148,13 +163,14 @@ def _score_with_prompt_cache(
         columns = [prompt_order[g] for g in group]
         prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first
         layers = None
+        prefix_width = _round_up(prefix_lengths[0], prefix_multiple)
         if prefix_lengths[0] > 0:
-            ids = torch.full((len(columns), prefix_lengths[0]), pad_token_id, dtype=torch.long)
+            ids = torch.full((len(columns), prefix_width), pad_token_id, dtype=torch.long)
             for row, j in enumerate(columns):
                 ids[row, : prefix_lengths[row]] = torch.tensor(prompts[j][:-1], dtype=torch.long)
             ids = ids.to(device)
             # no row is empty: a group's prefixes are all at least 3/4 of the longest
-            mask = torch.arange(prefix_lengths[0], device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
+            mask = torch.arange(prefix_width, device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
             group_cache = DynamicCache(config=model.config)
             token_logprobs(
                 model,
@@ -169,23 +185,25 @@ def _score_with_prompt_cache(
             if not layers or any(
                 type(layer) is not DynamicLayer
                 or layer.keys is None
-                or tuple(layer.keys.shape[::2]) != (len(columns), prefix_lengths[0])
-                or tuple(layer.values.shape[::2]) != (len(columns), prefix_lengths[0])
+                or tuple(layer.keys.shape[::2]) != (len(columns), prefix_width)
+                or tuple(layer.values.shape[::2]) != (len(columns), prefix_width)
                 for layer in group_cache.layers
             ):
                 return None
             # room after each prefix for the widest row, so that a batch's cache is one gather of these
-            room = 1 + lengths[0]
+            room = widest
             layers = [(_with_room(keys, room), _with_room(values, room)) for keys, values in layers]
             del group_cache
         prefix_of = torch.tensor(prefix_lengths, device=device)
         last_token = torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device)
         column_of = torch.tensor(columns, device=device)
-        for rows in _pack_rows(prefix_lengths, lengths, max_tokens_per_forward):
+        padded_prefixes = [_round_up(length, prefix_multiple) for length in prefix_lengths]
+        padded_lengths = [_round_up(1 + length, row_multiple) - 1 for length in lengths]
+        for rows in _pack_rows(padded_prefixes, padded_lengths, max_tokens_per_forward):
             member = torch.tensor([g for g, _ in rows], device=device)
             sample = torch.tensor([k for _, k in rows], device=device)
-            width = 1 + max(lengths[k] for _, k in rows)
-            cached = max(prefix_lengths[g] for g, _ in rows)
+            width = _round_up(1 + max(lengths[k] for _, k in rows), row_multiple)
+            cached = min(_round_up(max(prefix_lengths[g] for g, _ in rows), prefix_multiple), prefix_width)
             input_ids = reasoning_ids[sample, :width]
             input_ids[:, 0] = last_token[member]  # its hidden state predicts the reasoning's first token
             attention_mask = torch.arange(width, device=device) < reasoning_real[sample, None]
@@ -207,6 +225,15 @@ def _score_with_prompt_cache(
                 raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
             seq_logprob[reasoning_row[sample], column_of[member]] = logprobs.double().sum(-1)
     return seq_logprob
+
+
+# `pad_widths`: prefix (cached) widths and row widths are rounded up to multiples of these
+_PREFIX_MULTIPLE = 64
+_ROW_MULTIPLE = 16
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 def _with_room(cached: Tensor, room: int) -> Tensor:

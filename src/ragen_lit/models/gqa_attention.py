@@ -1,0 +1,88 @@
+"""Grouped-query attention under a mask without repeating keys and values, for the no-grad cache forwards.
+
+With grouped-query attention (Qwen2.5-0.5B: 14 query heads over 2 key/value heads) and an attention mask,
+transformers' sdpa path copies every key and value head once per query head it serves (`repeat_kv`)
+before calling sdpa, because PyTorch's fused kernels take a mask or grouped heads, not both. In the
+cross-scorer, whose rows attend over ~1.7k cached positions, those copies were 467 ms of a 3.1 s call on
+an H200 (docs/PERFORMANCE.md). The same attention needs no copy of the keys: the G query heads that share
+a key/value head are stacked as G x T query rows of that head, `[B, H, T, D] -> [B, H_kv, G*T, D]`, each
+row keeping its own mask row, so one sdpa call over the H_kv heads reads each key once. The result is the
+same attention, row for row (transformers does this itself for one-token decoding, where T = 1).
+
+`folded_gqa(model)` switches a model whose attention is "sdpa" to this function for the calls inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "ragen_folded_gqa"
+
+
+def fold_gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, **sdpa_kwargs):
+    """Attention of `query: [B, H, T, D]` over `key`, `value: [B, H_kv, S, D]` (H = G x H_kv; query head h
+    reads key head h // G) under `mask: [B or 1, 1, T or 1, S]` (bool or additive, shared by the heads),
+    with the G query heads of a key head stacked as G x T rows of one sdpa head. Returns `[B, H, T, D]`,
+    what sdpa returns over keys and values repeated G times."""
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    rows = query.reshape(batch, kv_heads, groups * length, dim)  # row g*T + t: query head kv*G + g, position t
+    if mask.shape[2] != 1:
+        mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(*mask.shape[:2], groups * length, -1)
+    out = torch.nn.functional.scaled_dot_product_attention(rows, key, value, attn_mask=mask, **sdpa_kwargs)
+    return out.reshape(batch, heads, length, dim)
+
+
+def folded_sdpa_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+):
+    """transformers' attention-function signature: `fold_gqa_attention` for grouped heads under a mask
+    shared by the heads; every other call goes to transformers' own sdpa function unchanged."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (
+        groups == 1
+        or attention_mask is None
+        or attention_mask.dim() != 4
+        or attention_mask.shape[1] != 1
+        or query.shape[2] == 1
+        or kwargs.get("position_bias") is not None
+        or kwargs.get("softcap") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    out = fold_gqa_attention(query, key, value, attention_mask, dropout_p=dropout, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(NAME, folded_sdpa_forward)
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+@contextmanager
+def folded_gqa(model: torch.nn.Module) -> Iterator[None]:
+    """Inside: `model`'s sdpa attention runs `folded_sdpa_forward` (same results, no key/value copies).
+    A model with another attention implementation is left as it is."""
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    config._attn_implementation = NAME
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"

@@ -1,0 +1,51 @@
+"""`fold_gqa_attention`: grouped-query attention under a mask, query heads stacked per key/value head, equals
+sdpa over keys and values repeated per query head (what transformers' sdpa path computes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from ragen_lit.models.gqa_attention import NAME, fold_gqa_attention, folded_gqa
+
+
+def repeated(query, key, value, mask):
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("length", [1, 5])
+def test_folded_heads_equal_repeated_keys(kind, length):
+    torch.manual_seed(0)
+    batch, heads, kv_heads, cached, dim = 3, 6, 2, 7, 8
+    query = torch.randn(batch, heads, length, dim)
+    key, value = torch.randn(batch, kv_heads, cached + length, dim), torch.randn(batch, kv_heads, cached + length, dim)
+    # each row its own padding of the cache, causal over its own tokens
+    keep = torch.ones(batch, 1, length, cached + length, dtype=torch.bool)
+    keep[1, ..., :3] = False
+    keep[2, ..., 5:cached] = False
+    keep[..., cached:] &= torch.ones(length, length, dtype=torch.bool).tril()
+    mask = keep if kind == "bool" else torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    torch.testing.assert_close(fold_gqa_attention(query, key, value, mask), repeated(query, key, value, mask))
+
+
+def test_a_model_under_folded_gqa_gives_the_same_logits_and_gets_its_setting_back():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(config).eval()
+    ids = torch.randint(0, 50, (3, 9))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:], mask[2, :3] = 0, 0  # right and left padding: a 4D mask reaches the attention
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        with folded_gqa(model):
+            assert model.config._attn_implementation == NAME
+            got = model(input_ids=ids, attention_mask=mask).logits
+    assert model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(got, want)
