@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ragen_lit.engines.base import Engine, SamplingParams
 from ragen_lit.engines.hf import (
+    PREFILL_MULTIPLE,
     HFEngine,
     ends_with_stop_sequence,
     left_pad,
@@ -420,6 +421,31 @@ def test_left_pad_puts_prompts_right_aligned_with_mask():
     input_ids, attention_mask = left_pad([[4, 5, 6], [7]], 0, torch.device("cpu"))
     assert input_ids.tolist() == [[4, 5, 6], [0, 0, 7]]
     assert attention_mask.tolist() == [[True, True, True], [False, False, True]]
+
+
+def test_left_pad_rounds_the_width_up_to_the_multiple():
+    input_ids, attention_mask = left_pad([[4, 5, 6], [7]], 0, torch.device("cpu"), multiple=4)
+    assert input_ids.tolist() == [[0, 4, 5, 6], [0, 0, 0, 7]]
+    assert attention_mask.tolist() == [[False, True, True, True], [False, False, False, True]]
+    assert left_pad([[1] * 8], 0, torch.device("cpu"), multiple=4)[0].shape == (1, 8)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+@pytest.mark.parametrize("share", [False, True])
+def test_padded_prefill_widths_sample_what_the_plain_prefill_samples(model, cache, share):
+    """`pad_widths` (on by default on a GPU) left-pads every prefill to a multiple of 64 positions."""
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    padded_engine = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=share, pad_widths=True)
+    with torch.no_grad():
+        logits, _, mask, _ = padded_engine._prefill(GROUP_PROMPTS, 4, torch.device("cpu"))
+    assert mask.shape[1] % PREFILL_MULTIPLE == 0 and mask.sum(-1).tolist() == [len(p) for p in GROUP_PROMPTS]
+    padded = padded_engine.generate(GROUP_PROMPTS + PROMPTS, params)
+    plain = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=share, pad_widths=False).generate(
+        GROUP_PROMPTS + PROMPTS, params
+    )
+    assert [g.token_ids for g in padded] == [g.token_ids for g in plain]
+    for a, b in zip(padded, plain):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
 @given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=6), min_size=1, max_size=6))
