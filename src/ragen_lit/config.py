@@ -139,6 +139,10 @@ class RolloutConfig:
     """hf only: prefill the first prompt a group's later-turn prompts share once (fewer positions; logits equal up to
     rounding, so sampled tokens may differ from the default path, hence off by default; on an H200 with the graph
     cache later-turn decoding ran 1.40x faster, with the dynamic cache no faster: docs/PERFORMANCE.md)"""
+    hf_pad_prefill: str = checked("auto", choices=("auto", "on", "off"))
+    """hf only: left-pad each prefill forward to a multiple of 64 positions (masked; same logits up to rounding) so
+    that a run's prefills repeat their shapes and cuDNN attention reuses its per-shape plans: auto (on a GPU) | on |
+    off"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

@@ -45,7 +45,18 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--model", "tiny", "--prompts", "4", "--reasonings", "3", "--prompt-min", "20"]
         + ["--prompt-max", "60", "--reasoning-tokens", "10", "--tokens-per-forward", "128", "0", "--repeats", "1"]
-        + ["--modes", "eager", "compiled", "--fresh-shapes", "--profile", "--out", str(out)],
+        + [
+            "--modes",
+            "eager",
+            "compiled",
+            "--pad-widths",
+            "on",
+            "off",
+            "--fresh-shapes",
+            "--profile",
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -53,14 +64,14 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads(out.read_text())
-    settings = [(r["tokens_per_forward"], r["mode"]) for r in res["results"]]  # 0 = auto: 8192 on a CPU
-    assert settings == [(128, "eager"), (128, "compiled"), (8192, "eager"), (8192, "compiled")]
+    settings = [(r["tokens_per_forward"], r["mode"], r["pad_widths"]) for r in res["results"]]  # 0: 8192 on a CPU
+    assert settings == [(b, m, p) for b in (128, 8192) for m in ("eager", "compiled") for p in ("on", "off")]
     assert all(r["seconds"] > 0 and r["pairs_per_s"] > 0 for r in res["results"])
     assert res["workload"]["flops"] > 0 and 20 <= res["workload"]["prompt_tokens_mean"] <= 60
-    assert "| tokens per forward | model | seconds |" in done.stdout
+    assert "| tokens per forward | model | padded widths | seconds |" in done.stdout
     assert "every call a fresh draw of prompt lengths" in done.stdout
     # --profile's section (no CUDA kernels on a CPU)
-    assert "one call at 8192 tokens per forward, compiled model" in done.stdout
+    assert "one call at 8192 tokens per forward, compiled model, padded widths off" in done.stdout
 
 
 def test_bench_scoring_refuses_a_bad_workload():

@@ -623,6 +623,17 @@ def test_the_config_switches_prefix_sharing(model, share):
     assert engine.share_prefixes is share
 
 
+@pytest.mark.parametrize(("setting", "multiple"), [("auto", 1), ("on", PREFILL_MULTIPLE), ("off", 1)])
+def test_the_config_switches_prefill_padding(model, setting, multiple):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, [f"rollout.hf_pad_prefill={setting}"])
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine._prefill_multiple(torch.device("cpu")) == multiple  # auto: on a GPU only
+    assert engine._prefill_multiple(torch.device("cuda")) == (1 if setting == "off" else PREFILL_MULTIPLE)
+
+
 def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """What loading `model`'s weights in `dtype` gives: floating parameters cast, buffers as they are."""
     import copy

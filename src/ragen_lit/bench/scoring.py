@@ -12,7 +12,8 @@ warm-up call; the report gives seconds, (reasoning, prompt) pairs per second, th
 (`scoring_flops`) and their MFU, and the peak memory. `--profile` runs one more call of the last setting under the
 profiler (`bench.profiling`: kernels by family, device busy fraction). Each timed call repeats the warm-up's
 shapes, a best case: a run's diagnostics meet new prompt lengths at every iteration, and `--fresh-shapes` gives
-every call its own draw of them, so that what is cached per shape (cuDNN attention plans) is paid as in a run.
+every call its own draw of them, so that what is cached per shape (cuDNN attention plans) is paid as in a run;
+`--pad-widths on off` weighs cross_score's rounding of widths (which makes shapes repeat) against none.
 Entry point: `scripts/bench_scoring.py`.
 """
 
@@ -94,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["eager"],
         help="the model eager, or as diagnostics run it under model.compile=true (compiled norms, MLPs and head)",
     )
+    parser.add_argument(
+        "--pad-widths",
+        nargs="+",
+        choices=["on", "off"],
+        default=["on"],
+        help="cross_score's pad_widths (forward widths rounded up so that shapes repeat; on is a GPU run's default)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--fresh-shapes",
@@ -116,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts, reasonings = workload(args, model.config.vocab_size)
     flops = scoring_flops(model.config, prompts, reasonings)
     # --fresh-shapes: the warm-up and each timed call get their own draw (new lengths, so new forward shapes)
-    draws = iter(range(1, 1 + (1 + args.repeats) * len(args.tokens_per_forward) * len(args.modes)))
+    settings = [(b, m, p) for b in args.tokens_per_forward for m in args.modes for p in args.pad_widths]
+    draws = iter(range(1, 1 + (1 + args.repeats) * len(settings)))
 
     def sync() -> None:
         if device.type == "cuda":
@@ -127,11 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         models["compiled"] = copy.deepcopy(model)
         compile_layers(models["compiled"])
     results = []
-    for bound, mode in [(bound, mode) for bound in args.tokens_per_forward for mode in args.modes]:
+    for bound, mode, pad in settings:
         resolved = tokens_per_forward(model, bound)
 
-        def call(resolved: int = resolved, mode: str = mode, work=(prompts, reasonings)):
-            return cross_score(models[mode], *work, max_tokens_per_forward=resolved, compile_head=mode == "compiled")
+        def call(resolved: int = resolved, mode: str = mode, pad: str = pad, work=(prompts, reasonings)):
+            return cross_score(
+                models[mode],
+                *work,
+                max_tokens_per_forward=resolved,
+                compile_head=mode == "compiled",
+                pad_widths=pad == "on",
+            )
 
         def fresh() -> tuple:
             return workload(args, model.config.vocab_size, next(draws)) if args.fresh_shapes else (prompts, reasonings)
@@ -153,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "tokens_per_forward": resolved,
                 "mode": mode,
+                "pad_widths": pad,
                 "seconds": seconds,
                 "times_s": times,
                 "pairs_per_s": len(prompts) * len(reasonings) / seconds,
@@ -172,17 +188,20 @@ def main(argv: list[str] | None = None) -> int:
         f"call; median of {args.repeats} calls after a warm-up"
         + ("; every call a fresh draw of prompt lengths" if args.fresh_shapes else ""),
         "",
-        "| tokens per forward | model | seconds | pairs/s | MFU | peak GiB |",
-        "| ---: | --- | ---: | ---: | ---: | ---: |",
+        "| tokens per forward | model | padded widths | seconds | pairs/s | MFU | peak GiB |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r['tokens_per_forward']} | {r['mode']} | {r['seconds']:.3f} | {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} "
-        f"| {r['peak_gib']:.1f} |"
+        f"| {r['tokens_per_forward']} | {r['mode']} | {r['pad_widths']} | {r['seconds']:.3f} "
+        f"| {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} |"
         for r in results
     ]
     if profile:
         last = results[-1]
-        label = f"one call at {last['tokens_per_forward']} tokens per forward, {last['mode']} model"
+        label = (
+            f"one call at {last['tokens_per_forward']} tokens per forward, {last['mode']} model, padded widths "
+            f"{last['pad_widths']}"
+        )
         lines += ["", *format_breakdown(label, profile)]
     print("\n".join(lines))
     if args.out:

@@ -24,6 +24,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             max_batch_size=rollout_cfg.max_batch_size,
             cache=rollout_cfg.hf_cache,
             share_prefixes=rollout_cfg.hf_share_prefixes,
+            pad_widths={"auto": None, "on": True, "off": False}[rollout_cfg.hf_pad_prefill],
             dtype=None if rollout_cfg.dtype is None else DTYPES[rollout_cfg.dtype],
         )
     if rollout_cfg.engine == "vllm":
