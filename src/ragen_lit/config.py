@@ -26,7 +26,7 @@ from ragen_lit.algos import (
     uses_critic,
 )
 from ragen_lit.algos import PRESETS as ALGO_PRESETS
-from ragen_lit.engines import ENGINES, HF_CACHE_MODES
+from ragen_lit.engines import DECODE_ATTENTION_KERNELS, ENGINES, HF_CACHE_MODES
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
@@ -143,6 +143,9 @@ class RolloutConfig:
     """hf only: left-pad each prefill forward to a multiple of 64 positions (masked; same logits up to rounding) so
     that a run's prefills repeat their shapes and cuDNN attention reuses its per-shape plans: auto (on a GPU) | on |
     off"""
+    hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
+    """hf only, graph cache: the sdpa kernel its captured decode steps run: auto (PyTorch's choice, cuDNN on Hopper)
+    | cudnn | efficient | math"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

@@ -1,4 +1,5 @@
-"""`scripts/bench_engine.py` end to end on CPU: the eager and `--compile` rows, and the `--profile` section."""
+"""`scripts/bench_engine.py` end to end on CPU: the eager and `--compile` rows, a row per `--decode-attention` kernel,
+and the `--profile` section."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_engine.py"
 @pytest.mark.slow
 def test_engine_bench_times_the_compiled_model_beside_the_eager_one_and_profiles():
     command = [sys.executable, str(SCRIPT), "--batches", "16", "--prompt-tokens", "20", "--max-new-tokens", "4"]
-    command += ["--threads", "1", "--caches", "graph", "--compile", "--profile"]
+    command += ["--threads", "1", "--caches", "graph", "--compile", "--decode-attention", "auto", "math", "--profile"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1])
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split("|") for line in done.stdout.splitlines() if line.startswith("16 ")]
-    assert [row[1].strip() for row in rows] == ["graph", "graph, compiled"]
+    labels = ["graph", "graph, math attention", "graph, compiled", "graph, compiled, math attention"]
+    assert [row[1].strip() for row in rows] == labels
     assert all(float(row[5]) > 0 for row in rows)  # sampled tokens/s with the group prefill shared
-    assert "batch 16, cache=graph, compiled, one generate call (4 steps at most)" in done.stdout
+    assert "batch 16, cache=graph, compiled, math attention, one generate call (4 steps at most)" in done.stdout

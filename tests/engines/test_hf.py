@@ -634,6 +634,15 @@ def test_the_config_switches_prefill_padding(model, setting, multiple):
     assert engine._prefill_multiple(torch.device("cuda")) == (1 if setting == "off" else PREFILL_MULTIPLE)
 
 
+def test_the_config_picks_the_decode_attention_kernel(model):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, ["rollout.hf_decode_attention=efficient"])
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine.decode_attention == "efficient"
+
+
 def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """What loading `model`'s weights in `dtype` gives: floating parameters cast, buffers as they are."""
     import copy
@@ -705,3 +714,16 @@ def test_the_config_sets_the_engine_dtype(model, overrides, expected):
     cfg = load_config(None, overrides)
     engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
     assert engine.dtype is expected
+
+
+def test_decode_attention_kernels_are_named_and_checked(model):
+    from ragen_lit.engines import DECODE_ATTENTION_KERNELS
+    from ragen_lit.engines.decode_graphs import DECODE_ATTENTION
+
+    assert tuple(DECODE_ATTENTION) == DECODE_ATTENTION_KERNELS
+    with pytest.raises(ValueError, match="decode_attention must be one of"):
+        HFEngine(model, pad_token_id=0, cache="graph", decode_attention="flash")
+    cfg_engine = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math")
+    assert cfg_engine.generate(PROMPTS, greedy(4)) == HFEngine(model, pad_token_id=0, cache="graph").generate(
+        PROMPTS, greedy(4)
+    )  # on a CPU the steps run eagerly: the kernel choice applies to captured graphs only

@@ -33,7 +33,7 @@ from ragen_lit.bench.machine import cpu_name, utc_now
 from ragen_lit.bench.profiling import format_breakdown, profile_region
 from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
-from ragen_lit.engines.base import SamplingParams
+from ragen_lit.engines.base import DECODE_ATTENTION_KERNELS, SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.models import compile_layers
 
@@ -136,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         help="default: graph on a GPU, else dynamic static",
     )
     parser.add_argument(
+        "--decode-attention",
+        nargs="+",
+        choices=DECODE_ATTENTION_KERNELS,
+        default=["auto"],
+        help="cache=graph: the sdpa kernel(s) its captured decode steps run, each timed (auto: PyTorch's choice)",
+    )
+    parser.add_argument(
         "--compile",
         action="store_true",
         help="also time each configuration on a copy of the model under model.compile (compiled norms and MLPs)",
@@ -168,8 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         compile_layers(models[", compiled"])
     header = ("batch", "cache", "prefill s dedup", "prefill s plain", "ratio", "tok/s dedup", "tok/s plain", "ratio")
     rows, rooflines = [], []
-    for batch, cache, suffix in [(b, c, m) for b in args.batches for c in caches for m in models]:
+    runs = [
+        (b, c, m, a)
+        for b in args.batches
+        for c in caches
+        for m in models
+        for a in (args.decode_attention if c == "graph" else ["auto"])
+    ]
+    for batch, cache, suffix, attention in runs:
         prompts = group_prompts(batch, args.prompt_tokens, vocab_size, args.suffix_tokens)
+        label = cache + suffix + ("" if attention == "auto" else f", {attention} attention")
         timings = []
         for dedup in (True, False):
             engine = HFEngine(
@@ -179,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 dedup_prompts=dedup,
                 share_prefixes=dedup,
                 device=device,
+                decode_attention=attention,
             )
             if device.type == "cuda":
                 Timing(engine, prompts, params, device)
@@ -187,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             (
                 str(batch),
-                cache + suffix,
+                label,
                 f"{on.prefill_s:.3f}",
                 f"{off.prefill_s:.3f}",
                 f"{off.prefill_s / on.prefill_s:.2f}",
@@ -198,17 +214,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         roof = model_roofline(model, decode_workload([on.call]), device_name(device))
         rooflines.append(
-            f"batch {batch}, cache={cache}{suffix}, dedup: {format_achieved(roof, on.tokens_per_s)}; "
-            + format_roofline(roof)
+            f"batch {batch}, cache={label}, dedup: {format_achieved(roof, on.tokens_per_s)}; " + format_roofline(roof)
         )
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
     if args.profile:
-        engine = HFEngine(models[suffix], pad_token_id=0, cache=caches[-1], device=device)
+        engine = HFEngine(models[suffix], pad_token_id=0, cache=cache, device=device, decode_attention=attention)
         profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
-        label = f"batch {args.batches[-1]}, cache={caches[-1]}{suffix}, one generate call"
+        label = f"batch {args.batches[-1]}, cache={label}, one generate call"
         label += f" ({args.max_new_tokens} steps at most)"
         print("\n".join(["", *format_breakdown(label, profile)]))
     return 0

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from torch import nn
 
-from ragen_lit.engines.base import ENGINES, HF_CACHE_MODES, Engine, Generation, SamplingParams
+from ragen_lit.engines.base import (
+    DECODE_ATTENTION_KERNELS,
+    ENGINES,
+    HF_CACHE_MODES,
+    Engine,
+    Generation,
+    SamplingParams,
+)
 
-__all__ = ["ENGINES", "HF_CACHE_MODES", "Engine", "Generation", "SamplingParams", "build_engine"]
+__all__ = [
+    "DECODE_ATTENTION_KERNELS",
+    "ENGINES",
+    "HF_CACHE_MODES",
+    "Engine",
+    "Generation",
+    "SamplingParams",
+    "build_engine",
+]
 
 
 def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, pad_token_id: int, seed: int) -> Engine:
@@ -25,6 +40,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             cache=rollout_cfg.hf_cache,
             share_prefixes=rollout_cfg.hf_share_prefixes,
             pad_widths={"auto": None, "on": True, "off": False}[rollout_cfg.hf_pad_prefill],
+            decode_attention=rollout_cfg.hf_decode_attention,
             dtype=None if rollout_cfg.dtype is None else DTYPES[rollout_cfg.dtype],
         )
     if rollout_cfg.engine == "vllm":

@@ -19,8 +19,10 @@ forward eagerly instead of replaying a graph: same shapes, same results, which i
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import nullcontext
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Cache, StaticCache
 
 from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
@@ -35,6 +37,14 @@ _MAX_SLOTS = 8
 _MAX_CACHE_FRACTION = 0.25
 # Warm-up forwards before a capture (lazy initialisation, cuBLAS workspaces, autotuning).
 _WARMUP_FORWARDS = 2
+# `attention`: the sdpa kernel a captured step runs ("auto": PyTorch's choice, cuDNN on Hopper); keys are
+# `base.DECODE_ATTENTION_KERNELS`
+DECODE_ATTENTION = {
+    "auto": None,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -66,8 +76,11 @@ def length_bucket(length: int) -> int:
 class DecodeSlot:
     """Static cache, input buffers and (on CUDA) the captured one-token forward for one shape."""
 
-    def __init__(self, model: torch.nn.Module, batch_size: int, length: int, device: torch.device):
+    def __init__(
+        self, model: torch.nn.Module, batch_size: int, length: int, device: torch.device, attention: str = "auto"
+    ):
         self.model = model
+        self.attention = attention
         self.cache_keyword = forward_cache_keyword(model)
         self.batch_size, self.length = batch_size, length
         dtype = next(model.parameters()).dtype
@@ -97,15 +110,18 @@ class DecodeSlot:
         return out.logits[:, -1]
 
     def capture(self) -> None:
-        """Record `forward` in a CUDA graph (after warm-up forwards on a side stream)."""
+        """Record `forward` in a CUDA graph (after warm-up forwards on a side stream), its sdpa calls on the
+        `attention` kernel."""
+        backend = DECODE_ATTENTION[self.attention]
+        kernel = nullcontext() if backend is None else sdpa_kernel([backend])
         stream = torch.cuda.Stream(self.input_ids.device)
         stream.wait_stream(torch.cuda.current_stream(self.input_ids.device))
-        with torch.cuda.stream(stream):
+        with kernel, torch.cuda.stream(stream):
             for _ in range(_WARMUP_FORWARDS):
                 self.forward()
         torch.cuda.current_stream(self.input_ids.device).wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with kernel, torch.cuda.graph(self.graph):
             self.logits = self.forward()
 
     def load(
@@ -145,10 +161,20 @@ class DecodeSlot:
 class DecodeGraphs:
     """The slots of one model, captured on CUDA (replayed) and eager elsewhere."""
 
-    def __init__(self, model: torch.nn.Module, max_batch_size: int, max_cache_bytes: int | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        max_batch_size: int,
+        max_cache_bytes: int | None = None,
+        attention: str = "auto",
+    ):
         """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
-        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept."""
+        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the sdpa
+        kernel captured steps run (a `DECODE_ATTENTION` key)."""
+        if attention not in DECODE_ATTENTION:
+            raise ValueError(f"attention must be one of {tuple(DECODE_ATTENTION)}, got {attention!r}")
         self.model = model
+        self.attention = attention
         self.max_batch_size = max_batch_size
         self.max_cache_bytes = max_cache_bytes
         self._slots: OrderedDict[tuple[int, int], DecodeSlot] = OrderedDict()
@@ -170,7 +196,7 @@ class DecodeGraphs:
         if slot is None:
             while len(self._slots) >= _MAX_SLOTS:
                 self._slots.popitem(last=False)
-            slot = DecodeSlot(self.model, *key, device)
+            slot = DecodeSlot(self.model, *key, device, self.attention)
             if device.type == "cuda":
                 slot.capture()
         budget = self.max_cache_bytes

@@ -35,7 +35,7 @@ import torch
 from transformers import Cache, DynamicCache, StaticCache
 
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
-from ragen_lit.engines.decode_graphs import DecodeGraphs, unsupported_reason
+from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
 from ragen_lit.models.gqa_attention import folded_gqa
 
@@ -226,6 +226,8 @@ class HFEngine:
             logits), so that a run's prefills repeat their shapes and cuDNN attention reuses the plan it builds
             per shape (on an H200 building them took ~0.8 s of host time per single-turn generation). None: on a
             GPU only.
+        decode_attention: the sdpa kernel of cache="graph"'s captured steps: "auto" (PyTorch's choice, cuDNN on
+            Hopper GPUs), "cudnn", "efficient" or "math" (`decode_graphs.DECODE_ATTENTION`).
     """
 
     def __init__(
@@ -240,6 +242,7 @@ class HFEngine:
         share_prefixes: bool = False,
         dtype: torch.dtype | None = None,
         pad_widths: bool | None = None,
+        decode_attention: str = "auto",
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -247,6 +250,8 @@ class HFEngine:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
         if cache not in HF_CACHE_MODES:
             raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
+        if decode_attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode_attention must be one of {tuple(DECODE_ATTENTION)}, got {decode_attention!r}")
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
         self.dtype = dtype
@@ -263,6 +268,7 @@ class HFEngine:
         self.dedup_prompts = dedup_prompts
         self.share_prefixes = share_prefixes
         self.pad_widths = pad_widths
+        self.decode_attention = decode_attention
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -500,7 +506,7 @@ class HFEngine:
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
         if self._graphs is None:
-            self._graphs = DecodeGraphs(self.model, self.max_batch_size)
+            self._graphs = DecodeGraphs(self.model, self.max_batch_size, attention=self.decode_attention)
         slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
         positions = prompt_mask.sum(-1)
         slot.load(prefix, copy_index, prompt_mask, positions)
