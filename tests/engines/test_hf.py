@@ -727,3 +727,14 @@ def test_decode_attention_kernels_are_named_and_checked(model):
     assert cfg_engine.generate(PROMPTS, greedy(4)) == HFEngine(model, pad_token_id=0, cache="graph").generate(
         PROMPTS, greedy(4)
     )  # on a CPU the steps run eagerly: the kernel choice applies to captured graphs only
+
+
+@pytest.mark.parametrize("name", ["auto", "math"])
+def test_the_decode_attention_context_enters_twice_and_runs_sdpa(name):
+    """A capture enters the kernel's context twice (warm-up, then the graph): each entry gets a fresh context."""
+    from ragen_lit.engines.decode_graphs import attention_kernel
+
+    q = k = v = torch.randn(1, 2, 3, 4)
+    for _ in range(2):
+        with attention_kernel(name):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v)

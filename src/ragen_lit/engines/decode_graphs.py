@@ -47,6 +47,12 @@ DECODE_ATTENTION = {
 }
 
 
+def attention_kernel(name: str):
+    """A fresh context in which sdpa runs the `DECODE_ATTENTION[name]` kernel (PyTorch's choice for "auto")."""
+    backend = DECODE_ATTENTION[name]
+    return nullcontext() if backend is None else sdpa_kernel([backend])
+
+
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why `model` cannot use fixed-shape decoding (None if it can): the 4D additive mask suits the
     `sdpa` and `eager` attention implementations, and full attention in every layer."""
@@ -112,16 +118,14 @@ class DecodeSlot:
     def capture(self) -> None:
         """Record `forward` in a CUDA graph (after warm-up forwards on a side stream), its sdpa calls on the
         `attention` kernel."""
-        backend = DECODE_ATTENTION[self.attention]
-        kernel = nullcontext() if backend is None else sdpa_kernel([backend])
         stream = torch.cuda.Stream(self.input_ids.device)
         stream.wait_stream(torch.cuda.current_stream(self.input_ids.device))
-        with kernel, torch.cuda.stream(stream):
+        with attention_kernel(self.attention), torch.cuda.stream(stream):
             for _ in range(_WARMUP_FORWARDS):
                 self.forward()
         torch.cuda.current_stream(self.input_ids.device).wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with kernel, torch.cuda.graph(self.graph):
+        with attention_kernel(self.attention), torch.cuda.graph(self.graph):
             self.logits = self.forward()
 
     def load(
