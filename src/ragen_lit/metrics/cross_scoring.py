@@ -159,6 +159,7 @@ def _score_with_prompt_cache(
     reasoning_real = torch.tensor(lengths, device=device) + 1
     reasoning_row = torch.tensor(order, device=device)
     prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
+    extended_checked = False
     for group in _prefix_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
         columns = [prompt_order[g] for g in group]
         prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first
@@ -199,9 +200,14 @@ def _score_with_prompt_cache(
         column_of = torch.tensor(columns, device=device)
         padded_prefixes = [_round_up(length, prefix_multiple) for length in prefix_lengths]
         padded_lengths = [_round_up(1 + length, row_multiple) - 1 for length in lengths]
-        for rows in _pack_rows(padded_prefixes, padded_lengths, max_tokens_per_forward):
-            member = torch.tensor([g for g, _ in rows], device=device)
-            sample = torch.tensor([k for _, k in rows], device=device)
+        batches = _pack_rows(padded_prefixes, padded_lengths, max_tokens_per_forward)
+        # every batch's (member, sample) indices in one host-to-device copy: a copy from pageable memory waits for
+        # the device, and one per batch kept it idle while the host prepared the next batch
+        pairs = torch.tensor([pair for rows in batches for pair in rows], dtype=torch.long).to(device)
+        start = 0
+        for rows in batches:
+            member, sample = pairs[start : start + len(rows)].unbind(1)
+            start += len(rows)
             width = _round_up(1 + max(lengths[k] for _, k in rows), row_multiple)
             cached = min(_round_up(max(prefix_lengths[g] for g, _ in rows), prefix_multiple), prefix_width)
             input_ids = reasoning_ids[sample, :width]
@@ -221,8 +227,10 @@ def _score_with_prompt_cache(
                 cache_mask=cache_mask,
                 compile_head=compile_head,
             ).logprobs
-            if batch_cache is not None and batch_cache.get_seq_length() != cached + width:
-                raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
+            if batch_cache is not None and not extended_checked:  # once per call: the check waits for the device
+                if batch_cache.get_seq_length() != cached + width:
+                    raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
+                extended_checked = True
             seq_logprob[reasoning_row[sample], column_of[member]] = logprobs.double().sum(-1)
     return seq_logprob
 
