@@ -145,7 +145,7 @@ class RolloutConfig:
     off"""
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
     """hf only, graph cache: the sdpa kernel its captured decode steps run: auto (PyTorch's choice, cuDNN on Hopper)
-    | cudnn | efficient | math"""
+    | cudnn | efficient | math. On an H200, auto decoded fastest (efficient -8%, math -47%: docs/PERFORMANCE.md)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False
