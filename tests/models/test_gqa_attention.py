@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ragen_lit.models.gqa_attention import NAME, fold_gqa_attention, folded_gqa
+from ragen_lit.models import gqa_attention
+from ragen_lit.models.gqa_attention import NAME, fold_gqa_attention, fold_mask, folded_gqa
 
 
 def repeated(query, key, value, mask):
@@ -30,9 +31,11 @@ def test_folded_heads_equal_repeated_keys(kind, length):
     keep[..., cached:] &= torch.ones(length, length, dtype=torch.bool).tril()
     mask = keep if kind == "bool" else torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
     torch.testing.assert_close(fold_gqa_attention(query, key, value, mask), repeated(query, key, value, mask))
+    folded = fold_mask(mask, heads // kv_heads)  # a mask folded beforehand gives the same
+    torch.testing.assert_close(fold_gqa_attention(query, key, value, folded), repeated(query, key, value, mask))
 
 
-def test_a_model_under_folded_gqa_gives_the_same_logits_and_gets_its_setting_back():
+def test_a_model_under_folded_gqa_gives_the_same_logits_and_gets_its_setting_back(monkeypatch):
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -44,8 +47,14 @@ def test_a_model_under_folded_gqa_gives_the_same_logits_and_gets_its_setting_bac
     mask[1, 6:], mask[2, :3] = 0, 0  # right and left padding: a 4D mask reaches the attention
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask).logits
+        folds = []
+        monkeypatch.setattr(gqa_attention, "fold_mask", lambda *a: folds.append(1) or fold_mask(*a))
         with folded_gqa(model):
             assert model.config._attn_implementation == NAME
             got = model(input_ids=ids, attention_mask=mask).logits
+            assert len(folds) == 1  # folded once for the forward's two layers
+            model(input_ids=ids, attention_mask=mask)
+            assert len(folds) == 2  # a new forward, a new mask
     assert model.config._attn_implementation == "sdpa"
+    assert not gqa_attention._last_fold  # nothing kept alive after the context
     torch.testing.assert_close(got, want)

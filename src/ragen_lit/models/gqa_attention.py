@@ -25,19 +25,42 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 NAME = "ragen_folded_gqa"
 
 
+def fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """`mask: [B or 1, 1, T, S]` -> `[B or 1, 1, G*T, S]`, row g*T + t a copy of row t (a one-row mask, T = 1,
+    broadcasts as it is)."""
+    if mask.shape[2] == 1:
+        return mask
+    return mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(*mask.shape[:2], groups * mask.shape[2], -1)
+
+
 def fold_gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, **sdpa_kwargs):
     """Attention of `query: [B, H, T, D]` over `key`, `value: [B, H_kv, S, D]` (H = G x H_kv; query head h
-    reads key head h // G) under `mask: [B or 1, 1, T or 1, S]` (bool or additive, shared by the heads),
-    with the G query heads of a key head stacked as G x T rows of one sdpa head. Returns `[B, H, T, D]`,
-    what sdpa returns over keys and values repeated G times."""
+    reads key head h // G) under `mask: [B or 1, 1, T or 1, S]` (bool or additive, shared by the heads; or
+    already `fold_mask`ed), with the G query heads of a key head stacked as G x T rows of one sdpa head.
+    Returns `[B, H, T, D]`, what sdpa returns over keys and values repeated G times."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
     rows = query.reshape(batch, kv_heads, groups * length, dim)  # row g*T + t: query head kv*G + g, position t
-    if mask.shape[2] != 1:
-        mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(*mask.shape[:2], groups * length, -1)
+    if mask.shape[2] == length and length != 1:
+        mask = fold_mask(mask, groups)
     out = torch.nn.functional.scaled_dot_product_attention(rows, key, value, attn_mask=mask, **sdpa_kwargs)
     return out.reshape(batch, heads, length, dim)
+
+
+# Inside `folded_gqa`: the last mask folded and its fold. Every layer of a forward gets the same mask object, so it
+# is folded once per forward instead of once per layer; emptied when the context exits.
+_last_fold: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+
+
+def _folded(mask: torch.Tensor, groups: int) -> torch.Tensor:
+    if torch.compiler.is_compiling():  # a traced graph folds its own mask
+        return fold_mask(mask, groups)
+    if _last_fold and _last_fold[0][0] is mask and _last_fold[0][1] == groups:
+        return _last_fold[0][2]
+    folded = fold_mask(mask, groups)
+    _last_fold[:] = [(mask, groups, folded)]
+    return folded
 
 
 def folded_sdpa_forward(
@@ -65,7 +88,8 @@ def folded_sdpa_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    out = fold_gqa_attention(query, key, value, attention_mask, dropout_p=dropout, scale=scaling)
+    mask = _folded(attention_mask, groups)
+    out = fold_gqa_attention(query, key, value, mask, dropout_p=dropout, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -86,3 +110,4 @@ def folded_gqa(model: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         config._attn_implementation = "sdpa"
+        _last_fold.clear()
