@@ -146,6 +146,10 @@ class RolloutConfig:
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
     """hf only, graph cache: the sdpa kernel its captured decode steps run: auto (PyTorch's choice, cuDNN on Hopper)
     | cudnn | efficient | math. On an H200, auto decoded fastest (efficient -8%, math -47%: docs/PERFORMANCE.md)"""
+    hf_compile_decode: bool = False
+    """hf only, graph cache: each one-token decode step is the whole forward through torch.compile (fuses the ~30
+    small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first
+    steps of each new slot shape pay the compilation. Off until a GPU has measured it (docs/PERFORMANCE.md)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

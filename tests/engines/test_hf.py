@@ -738,3 +738,33 @@ def test_the_decode_attention_context_enters_twice_and_runs_sdpa(name):
     for _ in range(2):
         with attention_kernel(name):
             torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("layers_compiled", [False, True], ids=["eager-layers", "model.compile"])
+def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled):
+    """`compile_decode`: each graph-cache step is the whole forward through torch.compile (on a CPU it runs
+    compiled without a graph); under model.compile the compiled layers are traced as written inside it."""
+    from torch._dynamo.utils import counters
+
+    from ragen_lit.models import compile_layers
+
+    model = tiny_qwen2(seed=1).eval()
+    if layers_compiled:
+        compile_layers(model)
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    eager = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = HFEngine(model, pad_token_id=0, cache="graph", compile_decode=True).generate(PROMPTS, params)
+    assert counters["stats"]["unique_graphs"] > graphs  # dynamo compiled the step for this model
+    assert [g.token_ids for g in compiled] == [g.token_ids for g in eager]
+    for a, b in zip(compiled, eager):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_the_config_switches_compiled_decode(model):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, ["rollout.hf_compile_decode=true"])
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine.compile_decode is True

@@ -14,7 +14,9 @@ configuration first runs once untimed (CUDA graph capture). The roofline line is
 `ragen_lit.bench.roofline`'s for the dedup-on call of each row. `--profile` runs the last configuration once
 more under the profiler and prints its kernels by family and the device's busy fraction (`bench.profiling`).
 `--compile` adds each configuration on a copy of the model under `model.compile` (`models.compile_layers`: its
-decode steps run compiled norms and MLPs), labelled "<cache>, compiled".
+decode steps run compiled norms and MLPs), labelled "<cache>, compiled"; `--compile-decode` adds cache=graph with
+each decode step the whole forward through `torch.compile` (`rollout.hf_compile_decode`), labelled "<cache>,
+compiled decode"; `--decode-attention` adds a row per sdpa kernel the decode graphs capture.
 Entry point: `scripts/bench_engine.py`.
 """
 
@@ -148,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time each configuration on a copy of the model under model.compile (compiled norms and MLPs)",
     )
     parser.add_argument(
+        "--compile-decode",
+        action="store_true",
+        help="also time cache=graph with each decode step the whole forward through torch.compile "
+        "(rollout.hf_compile_decode), on the --compile copy if there is one",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="kernel breakdown of one more call (last batch and cache, dedup on)"
     )
     parser.add_argument("--top", type=int, default=15, help="kernels listed by --profile")
@@ -173,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile:
         models[", compiled"] = copy.deepcopy(model)
         compile_layers(models[", compiled"])
+    if args.compile_decode:
+        models[", compiled decode"] = models.get(", compiled", model)
     header = ("batch", "cache", "prefill s dedup", "prefill s plain", "ratio", "tok/s dedup", "tok/s plain", "ratio")
     rows, rooflines = [], []
     runs = [
@@ -195,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 share_prefixes=dedup,
                 device=device,
                 decode_attention=attention,
+                compile_decode=suffix.endswith("compiled decode"),
             )
             if device.type == "cuda":
                 Timing(engine, prompts, params, device)
@@ -221,7 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
     if args.profile:
-        engine = HFEngine(models[suffix], pad_token_id=0, cache=cache, device=device, decode_attention=attention)
+        engine = HFEngine(
+            models[suffix],
+            pad_token_id=0,
+            cache=cache,
+            device=device,
+            decode_attention=attention,
+            compile_decode=suffix.endswith("compiled decode"),
+        )
         profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
         label = f"batch {args.batches[-1]}, cache={label}, one generate call"
         label += f" ({args.max_new_tokens} steps at most)"

@@ -47,6 +47,39 @@ DECODE_ATTENTION = {
 }
 
 
+def decode_step(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: StaticCache,
+    cache_keyword: str,
+) -> torch.Tensor:
+    """One one-token forward over a slot's buffers (the cache written in place): logits `[B, V]`."""
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=position_ids,
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_keyword: cache},
+    )
+    return out.logits[:, -1]
+
+
+_COMPILED_STEP: list = []
+
+
+def compiled_step():
+    """`decode_step` through `torch.compile` (one graph, made on first use: inductor fuses the ~30 small kernels
+    a layer launches per step, rotary embedding, cache writes, norms and residual adds). Slots of a new shape
+    recompile once, after which dynamo makes the changed sizes dynamic; the warm-up forwards before a capture
+    pay the compilation, never the capture."""
+    if not _COMPILED_STEP:
+        _COMPILED_STEP.append(torch.compile(decode_step, fullgraph=True))
+    return _COMPILED_STEP[0]
+
+
 def attention_kernel(name: str):
     """A fresh context in which sdpa runs the `DECODE_ATTENTION[name]` kernel (PyTorch's choice for "auto")."""
     backend = DECODE_ATTENTION[name]
@@ -83,10 +116,17 @@ class DecodeSlot:
     """Static cache, input buffers and (on CUDA) the captured one-token forward for one shape."""
 
     def __init__(
-        self, model: torch.nn.Module, batch_size: int, length: int, device: torch.device, attention: str = "auto"
+        self,
+        model: torch.nn.Module,
+        batch_size: int,
+        length: int,
+        device: torch.device,
+        attention: str = "auto",
+        compiled: bool = False,
     ):
         self.model = model
         self.attention = attention
+        self.compiled = compiled
         self.cache_keyword = forward_cache_keyword(model)
         self.batch_size, self.length = batch_size, length
         dtype = next(model.parameters()).dtype
@@ -104,16 +144,9 @@ class DecodeSlot:
         )
 
     def forward(self) -> torch.Tensor:
-        """One eager forward over the static buffers: logits `[B, V]` of the next token."""
-        out = self.model(
-            input_ids=self.input_ids,
-            attention_mask=self.mask,
-            position_ids=self.position_ids,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self.cache_keyword: self.cache},
-        )
-        return out.logits[:, -1]
+        """One forward over the static buffers (eager, or `compiled_step`'s): logits `[B, V]` of the next token."""
+        step = compiled_step() if self.compiled else decode_step
+        return step(self.model, self.input_ids, self.mask, self.position_ids, self.cache, self.cache_keyword)
 
     def capture(self) -> None:
         """Record `forward` in a CUDA graph (after warm-up forwards on a side stream), its sdpa calls on the
@@ -171,14 +204,17 @@ class DecodeGraphs:
         max_batch_size: int,
         max_cache_bytes: int | None = None,
         attention: str = "auto",
+        compiled: bool = False,
     ):
         """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
         GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the sdpa
-        kernel captured steps run (a `DECODE_ATTENTION` key)."""
+        kernel captured steps run (a `DECODE_ATTENTION` key). `compiled`: each slot's step is the whole forward
+        through `torch.compile` (`compiled_step`), captured like the eager one."""
         if attention not in DECODE_ATTENTION:
             raise ValueError(f"attention must be one of {tuple(DECODE_ATTENTION)}, got {attention!r}")
         self.model = model
         self.attention = attention
+        self.compiled = compiled
         self.max_batch_size = max_batch_size
         self.max_cache_bytes = max_cache_bytes
         self._slots: OrderedDict[tuple[int, int], DecodeSlot] = OrderedDict()
@@ -200,7 +236,7 @@ class DecodeGraphs:
         if slot is None:
             while len(self._slots) >= _MAX_SLOTS:
                 self._slots.popitem(last=False)
-            slot = DecodeSlot(self.model, *key, device, self.attention)
+            slot = DecodeSlot(self.model, *key, device, self.attention, self.compiled)
             if device.type == "cuda":
                 slot.capture()
         budget = self.max_cache_bytes

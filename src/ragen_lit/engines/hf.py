@@ -228,6 +228,8 @@ class HFEngine:
             GPU only.
         decode_attention: the sdpa kernel of cache="graph"'s captured steps: "auto" (PyTorch's choice, cuDNN on
             Hopper GPUs), "cudnn", "efficient" or "math" (`decode_graphs.DECODE_ATTENTION`).
+        compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
+            (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
     """
 
     def __init__(
@@ -243,6 +245,7 @@ class HFEngine:
         dtype: torch.dtype | None = None,
         pad_widths: bool | None = None,
         decode_attention: str = "auto",
+        compile_decode: bool = False,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -269,6 +272,7 @@ class HFEngine:
         self.share_prefixes = share_prefixes
         self.pad_widths = pad_widths
         self.decode_attention = decode_attention
+        self.compile_decode = compile_decode
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -506,7 +510,9 @@ class HFEngine:
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
         if self._graphs is None:
-            self._graphs = DecodeGraphs(self.model, self.max_batch_size, attention=self.decode_attention)
+            self._graphs = DecodeGraphs(
+                self.model, self.max_batch_size, attention=self.decode_attention, compiled=self.compile_decode
+            )
         slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
         positions = prompt_mask.sum(-1)
         slot.load(prefix, copy_index, prompt_mask, positions)
