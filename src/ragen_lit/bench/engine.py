@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "(rollout.hf_compile_decode), on the --compile copy if there is one",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="kernel breakdown of one more call (last batch and cache, dedup on)"
+        "--profile", action="store_true", help="kernel breakdown of one more call (the last row's settings, dedup on)"
     )
     parser.add_argument("--top", type=int, default=15, help="kernels listed by --profile")
     args = parser.parse_args(argv)
@@ -192,21 +192,25 @@ def main(argv: list[str] | None = None) -> int:
         for m in models
         for a in (args.decode_attention if c == "graph" else ["auto"])
     ]
+
+    def make_engine(suffix: str, cache: str, attention: str, dedup: bool = True) -> HFEngine:
+        return HFEngine(
+            models[suffix],
+            pad_token_id=0,
+            cache=cache,
+            dedup_prompts=dedup,
+            share_prefixes=dedup,
+            device=device,
+            decode_attention=attention,
+            compile_decode=suffix.endswith("compiled decode"),
+        )
+
     for batch, cache, suffix, attention in runs:
         prompts = group_prompts(batch, args.prompt_tokens, vocab_size, args.suffix_tokens)
         label = cache + suffix + ("" if attention == "auto" else f", {attention} attention")
         timings = []
         for dedup in (True, False):
-            engine = HFEngine(
-                models[suffix],
-                pad_token_id=0,
-                cache=cache,
-                dedup_prompts=dedup,
-                share_prefixes=dedup,
-                device=device,
-                decode_attention=attention,
-                compile_decode=suffix.endswith("compiled decode"),
-            )
+            engine = make_engine(suffix, cache, attention, dedup)
             if device.type == "cuda":
                 Timing(engine, prompts, params, device)
             timings.append(Timing(engine, prompts, params, device))
@@ -232,14 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
     if args.profile:
-        engine = HFEngine(
-            models[suffix],
-            pad_token_id=0,
-            cache=cache,
-            device=device,
-            decode_attention=attention,
-            compile_decode=suffix.endswith("compiled decode"),
-        )
+        engine = make_engine(suffix, cache, attention)
         profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
         label = f"batch {args.batches[-1]}, cache={label}, one generate call"
         label += f" ({args.max_new_tokens} steps at most)"
