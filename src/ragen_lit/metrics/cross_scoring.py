@@ -14,7 +14,10 @@ prefix, none appended on top of it). Prompts are long multi-turn contexts and re
 re-encoding every prompt R times. Log-probs come from `ragen_lit.logprobs.token_logprobs` (given the cache),
 so the vocabulary head runs on at most `max_tokens_per_chunk` positions at a time. Models whose decoder takes
 no KV cache, or whose cache is not plain full-attention `DynamicLayer`s (sliding-window, linear attention, …),
-fall back to packing every distinct `[x_j | z_r]` pair into full forwards.
+fall back to packing every distinct `[x_j | z_r]` pair into full forwards. Attention runs under
+`models.gqa_attention.folded_gqa` (grouped query heads stacked per key/value head: no copies of the cached keys
+per query head), and on a GPU the forwards' widths are rounded up (`pad_widths`) so that a run's calls repeat
+their shapes.
 In a distributed run every rank scores its own reasoning rows against all prompts: gather the
 prompts first with `gather_prompts`.
 """
