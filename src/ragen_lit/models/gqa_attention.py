@@ -3,7 +3,7 @@
 With grouped-query attention (Qwen2.5-0.5B: 14 query heads over 2 key/value heads) and an attention mask,
 transformers' sdpa path copies every key and value head once per query head it serves (`repeat_kv`)
 before calling sdpa, because PyTorch's fused kernels take a mask or grouped heads, not both. In the
-cross-scorer, whose rows attend over ~1.7k cached positions, those copies were 467 ms of a 3.1 s call on
+cross-scorer, whose rows attend over ~1.7k cached positions, those copies were 467 ms of a 3.3 s call on
 an H200 (docs/PERFORMANCE.md). The same attention needs no copy of the keys: the G query heads that share
 a key/value head are stacked as G x T query rows of that head, `[B, H, T, D] -> [B, H_kv, G*T, D]`, each
 row keeping its own mask row, so one sdpa call over the H_kv heads reads each key once. The result is the
