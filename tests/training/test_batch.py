@@ -54,6 +54,15 @@ def test_widths_round_up_to_the_multiple_with_zero_padding_and_merge_back():
     assert torch.equal(merged, batch["input_ids"] * mask)
 
 
+def test_a_token_budget_holds_for_the_rounded_widths():
+    lengths = [40, 37, 33, 30, 20, 9]
+    mask = torch.arange(40)[None, :] < torch.tensor(lengths)[:, None]
+    batch = {"input_ids": torch.ones(6, 40, dtype=torch.long), "attention_mask": mask}
+    parts = list(micro_batches(batch, 8, max_tokens=130, multiple=16))  # widths 48, 48, 48, 32, 32, 16
+    assert [tuple(p["input_ids"].shape) for p in parts] == [(2, 48), (2, 48), (2, 32)]
+    assert all(p["input_ids"].numel() <= 130 for p in parts)
+
+
 def test_auto_pad_multiple_is_64_on_a_gpu_and_off_on_a_cpu_or_when_packing():
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     assert GPU_PAD_MULTIPLE == 64

@@ -94,8 +94,8 @@ def micro_batches(
     right-padded with zeros (masked) beyond the batch's own width."""
     order = length_order(batch)
     lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
-    if max_tokens:
-        bounds = token_budget_bounds(lengths, max_tokens, packed)
+    if max_tokens:  # the budget counts the rounded widths: a micro-batch stays within it after rounding
+        bounds = token_budget_bounds([-(-n // multiple) * multiple for n in lengths], max_tokens, packed)
     else:
         bounds = [(start, min(start + size, len(order))) for start in range(0, len(order), size)]
     for start, stop in bounds:
