@@ -280,8 +280,8 @@ class OptimConfig:
     """sequences per forward/backward inside a mini-batch (memory knob)"""
     micro_batch_tokens: int = checked(0, ge=0)
     """token budget of a micro-batch instead of micro_batch_size sequences (0 = off): sequences, longest first, while
-    the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest); a longer
-    sequence goes alone. The update is the same for any grouping"""
+    the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest rounded
+    up to pad_to_multiple); a longer sequence goes alone. The update is the same for any grouping"""
     pad_to_multiple: int = checked(0, ge=0)
     """each micro-batch's padded width rounded up to a multiple of this, so that widths repeat from one iteration to the
     next and kernels that plan per shape reuse their plans (cuDNN attention builds one for each new sequence length: on
