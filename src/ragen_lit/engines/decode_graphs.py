@@ -18,6 +18,7 @@ forward eagerly instead of replaying a graph: same shapes, same results, which i
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from contextlib import nullcontext
 
@@ -67,17 +68,13 @@ def decode_step(
     return out.logits[:, -1]
 
 
-_COMPILED_STEP: list = []
-
-
+@functools.cache
 def compiled_step():
     """`decode_step` through `torch.compile` (one graph, made on first use: inductor fuses the ~30 small kernels
     a layer launches per step, rotary embedding, cache writes, norms and residual adds). Slots of a new shape
     recompile once, after which dynamo makes the changed sizes dynamic; the warm-up forwards before a capture
     pay the compilation, never the capture."""
-    if not _COMPILED_STEP:
-        _COMPILED_STEP.append(torch.compile(decode_step, fullgraph=True))
-    return _COMPILED_STEP[0]
+    return torch.compile(decode_step, fullgraph=True)
 
 
 def attention_kernel(name: str):
