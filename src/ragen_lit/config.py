@@ -142,7 +142,7 @@ class RolloutConfig:
     hf_pad_prefill: str = checked("auto", choices=("auto", "on", "off"))
     """hf only: left-pad each prefill forward to a multiple of 64 positions (masked; same logits up to rounding) so
     that a run's prefills repeat their shapes and cuDNN attention reuses its per-shape plans: auto (on a GPU) | on |
-    off"""
+    off. On an H200's single-turn shape it gained nothing measurable (docs/PERFORMANCE.md)"""
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
     """hf only, graph cache: the sdpa kernel its captured decode steps run: auto (PyTorch's choice, cuDNN on Hopper)
     | cudnn | efficient | math. On an H200, auto decoded fastest (efficient -8%, math -47%: docs/PERFORMANCE.md)"""

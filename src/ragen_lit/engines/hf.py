@@ -224,8 +224,8 @@ class HFEngine:
             is loaded in bfloat16.
         pad_widths: left-pad each prefill forward to a multiple of `PREFILL_MULTIPLE` positions (masked; same
             logits), so that a run's prefills repeat their shapes and cuDNN attention reuses the plan it builds
-            per shape (on an H200 building them took ~0.8 s of host time per single-turn generation). None: on a
-            GPU only.
+            per shape. None: on a GPU only. (A profiled single-turn generation on an H200 spent ~0.8 s of host
+            time in cuDNN attention; on that shape the padding gained nothing measurable: docs/PERFORMANCE.md.)
         decode_attention: the sdpa kernel of cache="graph"'s captured steps: "auto" (PyTorch's choice, cuDNN on
             Hopper GPUs), "cudnn", "efficient" or "math" (`decode_graphs.DECODE_ATTENTION`).
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
