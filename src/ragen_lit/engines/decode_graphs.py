@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Cache, StaticCache
 
 from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
+from ragen_lit.shapes import round_up
 
 # Buckets: batch sizes are rounded up to a power of two (at least this), cache lengths to a multiple
 # of this many positions. Each (batch, length) pair is captured once and kept.
@@ -106,7 +107,7 @@ def batch_bucket(batch_size: int, max_batch_size: int) -> int:
 
 def length_bucket(length: int) -> int:
     """`length` rounded up to a multiple of the length bucket."""
-    return -(-length // _LENGTH_BUCKET) * _LENGTH_BUCKET
+    return round_up(length, _LENGTH_BUCKET)
 
 
 class DecodeSlot:

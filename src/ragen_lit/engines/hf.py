@@ -38,6 +38,7 @@ from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, v
 from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
 from ragen_lit.models.gqa_attention import folded_gqa
+from ragen_lit.shapes import round_up
 
 # `pad_widths`: prefill forwards are left-padded to a multiple of this many positions
 PREFILL_MULTIPLE = 64
@@ -65,7 +66,7 @@ def left_pad(
     """
     longest = max(len(p) for p in prompts)
     lengths = torch.tensor([len(p) for p in prompts], device=device)
-    width = -(-longest // multiple) * multiple
+    width = round_up(longest, multiple)
     attention_mask = torch.arange(width, device=device) >= (width - lengths)[:, None]
     input_ids = torch.full(attention_mask.shape, pad_token_id, dtype=torch.long, device=device)
     # Row-major order of the True cells is exactly the concatenation of the prompts.

@@ -32,6 +32,7 @@ from torch import Tensor
 from ragen_lit.logprobs import cache_keyword, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
+from ragen_lit.shapes import round_up
 
 
 def cross_score(
@@ -152,7 +153,7 @@ def _score_with_prompt_cache(
     order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
     lengths = [len(reasonings[r]) for r in order]
     prefix_multiple, row_multiple = (_PREFIX_MULTIPLE, _ROW_MULTIPLE) if pad_widths else (1, 1)
-    widest = _round_up(1 + lengths[0], row_multiple)
+    widest = round_up(1 + lengths[0], row_multiple)
     # every reasoning once, longest first, right-padded behind a slot for the prompt's last token
     reasoning_ids = torch.tensor(
         [[pad_token_id, *reasonings[r], *[pad_token_id] * (widest - 1 - len(reasonings[r]))] for r in order],
@@ -167,7 +168,7 @@ def _score_with_prompt_cache(
         columns = [prompt_order[g] for g in group]
         prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first
         layers = None
-        prefix_width = _round_up(prefix_lengths[0], prefix_multiple)
+        prefix_width = round_up(prefix_lengths[0], prefix_multiple)
         if prefix_lengths[0] > 0:
             ids = torch.full((len(columns), prefix_width), pad_token_id, dtype=torch.long)
             for row, j in enumerate(columns):
@@ -201,8 +202,8 @@ def _score_with_prompt_cache(
         prefix_of = torch.tensor(prefix_lengths, device=device)
         last_token = torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device)
         column_of = torch.tensor(columns, device=device)
-        padded_prefixes = [_round_up(length, prefix_multiple) for length in prefix_lengths]
-        padded_lengths = [_round_up(1 + length, row_multiple) - 1 for length in lengths]
+        padded_prefixes = [round_up(length, prefix_multiple) for length in prefix_lengths]
+        padded_lengths = [round_up(1 + length, row_multiple) - 1 for length in lengths]
         batches = _pack_rows(padded_prefixes, padded_lengths, max_tokens_per_forward)
         # every batch's (member, sample) indices in one host-to-device copy: a copy from pageable memory waits for
         # the device, and one per batch kept it idle while the host prepared the next batch
@@ -211,8 +212,8 @@ def _score_with_prompt_cache(
         for rows in batches:
             member, sample = pairs[start : start + len(rows)].unbind(1)
             start += len(rows)
-            width = _round_up(1 + max(lengths[k] for _, k in rows), row_multiple)
-            cached = min(_round_up(max(prefix_lengths[g] for g, _ in rows), prefix_multiple), prefix_width)
+            width = round_up(1 + max(lengths[k] for _, k in rows), row_multiple)
+            cached = min(round_up(max(prefix_lengths[g] for g, _ in rows), prefix_multiple), prefix_width)
             input_ids = reasoning_ids[sample, :width]
             input_ids[:, 0] = last_token[member]  # its hidden state predicts the reasoning's first token
             attention_mask = torch.arange(width, device=device) < reasoning_real[sample, None]
@@ -241,10 +242,6 @@ def _score_with_prompt_cache(
 # `pad_widths`: prefix (cached) widths and row widths are rounded up to multiples of these
 _PREFIX_MULTIPLE = 64
 _ROW_MULTIPLE = 16
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def _with_room(cached: Tensor, room: int) -> Tensor:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from ragen_lit.agent.trajectory import Trajectory, pad_trajectories, right_pad
+from ragen_lit.shapes import round_up
 
 
 def collate(
@@ -95,14 +96,14 @@ def micro_batches(
     order = length_order(batch)
     lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
     if max_tokens:  # the budget counts the rounded widths: a micro-batch stays within it after rounding
-        bounds = token_budget_bounds([-(-n // multiple) * multiple for n in lengths], max_tokens, packed)
+        bounds = token_budget_bounds([round_up(n, multiple) for n in lengths], max_tokens, packed)
     else:
         bounds = [(start, min(start + size, len(order))) for start in range(0, len(order), size)]
     for start, stop in bounds:
         rows = order[start:stop]
         part = {k: v[rows] for k, v in batch.items()}
         length = int(lengths[start])  # longest first: the slice's first row is its longest
-        width = -(-length // multiple) * multiple
+        width = round_up(length, multiple)
         yield {k: (_to_width(v, width) if v.dim() == 2 else v) for k, v in part.items()}
 
 
