@@ -14,7 +14,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 
 # The floors, bottom up. `parallel.collectives`, `.lockstep` and `.fsdp` are torch.distributed only, so the
 # floors below the Lightning strategies may use them.
-BOTTOM = {"errors", "typed_fields", "algos", "filtering", "logprobs", "envs", "parallel.collectives", "figures"}
+BOTTOM = {
+    "errors",
+    "typed_fields",
+    "algos",
+    "filtering",
+    "logprobs",
+    "envs",
+    "parallel.collectives",
+    "figures",
+    "shapes",
+}
 PARALLEL = {
     "parallel",
     "parallel.collectives",
@@ -29,10 +39,10 @@ ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
     "models": {"errors", "logprobs"},
-    "engines": {"errors", "models", "parallel.collectives"},
+    "engines": {"errors", "models", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
-    "metrics": {"errors", "logprobs", "models", "algos", "filtering"}
+    "metrics": {"errors", "logprobs", "models", "algos", "filtering", "shapes"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
