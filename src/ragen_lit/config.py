@@ -144,8 +144,9 @@ class RolloutConfig:
     that a run's prefills repeat their shapes and cuDNN attention reuses its per-shape plans: auto (on a GPU) | on |
     off. On an H200's single-turn shape it gained nothing measurable (docs/PERFORMANCE.md)"""
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
-    """hf only, graph cache: the sdpa kernel its captured decode steps run: auto (PyTorch's choice, cuDNN on Hopper)
-    | cudnn | efficient | math. On an H200, auto decoded fastest (efficient -8%, math -47%: docs/PERFORMANCE.md)"""
+    """hf only, graph cache: the attention kernel of its decode steps: sdpa's auto (PyTorch's choice, cuDNN on Hopper)
+    | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax). On an
+    H200, auto decoded fastest of sdpa's (efficient -8%, math -47%: docs/PERFORMANCE.md)"""
     hf_compile_decode: bool = False
     """hf only, graph cache: each one-token decode step is the whole forward through torch.compile (fuses the ~30
     small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first

@@ -723,27 +723,39 @@ def test_decode_attention_kernels_are_named_and_checked(model):
     assert tuple(DECODE_ATTENTION) == DECODE_ATTENTION_KERNELS
     with pytest.raises(ValueError, match="decode_attention must be one of"):
         HFEngine(model, pad_token_id=0, cache="graph", decode_attention="flash")
-    cfg_engine = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math")
-    assert cfg_engine.generate(PROMPTS, greedy(4)) == HFEngine(model, pad_token_id=0, cache="graph").generate(
-        PROMPTS, greedy(4)
-    )  # on a CPU the steps run eagerly: the kernel choice applies to captured graphs only
 
 
-@pytest.mark.parametrize("name", ["auto", "math"])
-def test_the_decode_attention_context_enters_twice_and_runs_sdpa(name):
-    """A capture enters the kernel's context twice (warm-up, then the graph): each entry gets a fresh context."""
+@pytest.mark.parametrize("name", ["math", "flex", "matmul"])
+def test_every_decode_attention_kernel_samples_what_the_default_samples(model, name):
+    """The same attention on other kernels (on a CPU the steps run eagerly, inside the kernel's context)."""
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    want = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
+    got = HFEngine(model, pad_token_id=0, cache="graph", decode_attention=name).generate(PROMPTS, params)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    for a, b in zip(got, want):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["auto", "math", "matmul"])
+def test_the_decode_attention_context_enters_twice_and_gives_the_setting_back(model, name):
+    """A capture enters the kernel's context for every forward (warm-ups, then the graph): each entry is fresh."""
     from ragen_lit.engines.decode_graphs import attention_kernel
 
-    q = k = v = torch.randn(1, 2, 3, 4)
     for _ in range(2):
-        with attention_kernel(name):
-            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        with attention_kernel(model, name):
+            assert model.config._attn_implementation != "sdpa"  # folded sdpa, or the named kernel
+    assert model.config._attn_implementation == "sdpa"
 
 
-@pytest.mark.parametrize("layers_compiled", [False, True], ids=["eager-layers", "model.compile"])
-def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled):
+@pytest.mark.parametrize(
+    ("layers_compiled", "attention"),
+    [(False, "auto"), (True, "auto"), (False, "flex")],
+    ids=["eager-layers", "model.compile", "flex"],
+)
+def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled, attention):
     """`compile_decode`: each graph-cache step is the whole forward through torch.compile (on a CPU it runs
-    compiled without a graph); under model.compile the compiled layers are traced as written inside it."""
+    compiled without a graph); under model.compile the compiled layers are traced as written inside it, and
+    FlexAttention's decoding runs inside the traced step."""
     from torch._dynamo.utils import counters
 
     from ragen_lit.models import compile_layers
@@ -754,7 +766,9 @@ def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled):
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
     eager = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
     graphs = counters["stats"]["unique_graphs"]
-    compiled = HFEngine(model, pad_token_id=0, cache="graph", compile_decode=True).generate(PROMPTS, params)
+    compiled = HFEngine(model, pad_token_id=0, cache="graph", compile_decode=True, decode_attention=attention).generate(
+        PROMPTS, params
+    )
     assert counters["stats"]["unique_graphs"] > graphs  # dynamo compiled the step for this model
     assert [g.token_ids for g in compiled] == [g.token_ids for g in eager]
     for a, b in zip(compiled, eager):

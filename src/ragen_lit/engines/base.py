@@ -16,8 +16,9 @@ import torch
 ENGINES = ("hf", "vllm")
 # the hf engine's decode loops; here rather than in hf.py so the config reads them without importing transformers
 HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
-# the sdpa kernels cache="graph" can capture its decode steps on (auto: PyTorch's choice)
-DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math")
+# the attention kernels cache="graph" can capture its decode steps on: sdpa's (auto: PyTorch's choice) or
+# `models.decode_attention`'s
+DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul")
 
 
 @dataclass

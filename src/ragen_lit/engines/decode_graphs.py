@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Cache, StaticCache
 
 from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
+from ragen_lit.models.decode_attention import KERNELS, decode_attention
+from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.shapes import round_up
 
 # Buckets: batch sizes are rounded up to a power of two (at least this), cache lengths to a multiple
@@ -39,13 +41,14 @@ _MAX_SLOTS = 8
 _MAX_CACHE_FRACTION = 0.25
 # Warm-up forwards before a capture (lazy initialisation, cuBLAS workspaces, autotuning).
 _WARMUP_FORWARDS = 2
-# `attention`: the sdpa kernel a captured step runs ("auto": PyTorch's choice, cuDNN on Hopper); keys are
-# `base.DECODE_ATTENTION_KERNELS`
+# `attention`: the kernel a step's attention runs, sdpa's ("auto": PyTorch's choice, cuDNN on Hopper) or one of
+# `models.decode_attention.KERNELS` (None here); keys are `base.DECODE_ATTENTION_KERNELS`
 DECODE_ATTENTION = {
     "auto": None,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
+    **dict.fromkeys(KERNELS),
 }
 
 
@@ -78,10 +81,19 @@ def compiled_step():
     return torch.compile(decode_step, fullgraph=True)
 
 
-def attention_kernel(name: str):
-    """A fresh context in which sdpa runs the `DECODE_ATTENTION[name]` kernel (PyTorch's choice for "auto")."""
-    backend = DECODE_ATTENTION[name]
-    return nullcontext() if backend is None else sdpa_kernel([backend])
+@contextmanager
+def attention_kernel(model: torch.nn.Module, name: str):
+    """Inside: `model`'s one-token steps attend with the `name` kernel: `decode_attention`'s for its `KERNELS`, else
+    sdpa's `DECODE_ATTENTION[name]` (PyTorch's choice for "auto") with the grouped query heads folded
+    (`folded_gqa`: no key/value copies, also inside `torch.compile`). A fresh context at every call."""
+    with ExitStack() as stack:
+        if name in KERNELS:
+            stack.enter_context(decode_attention(model, name))
+        else:
+            stack.enter_context(folded_gqa(model))
+            if DECODE_ATTENTION[name] is not None:
+                stack.enter_context(sdpa_kernel([DECODE_ATTENTION[name]]))
+        yield
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -142,21 +154,22 @@ class DecodeSlot:
         )
 
     def forward(self) -> torch.Tensor:
-        """One forward over the static buffers (eager, or `compiled_step`'s): logits `[B, V]` of the next token."""
+        """One forward over the static buffers (eager, or `compiled_step`'s), its attention on the `attention`
+        kernel: logits `[B, V]` of the next token."""
         step = compiled_step() if self.compiled else decode_step
-        return step(self.model, self.input_ids, self.mask, self.position_ids, self.cache, self.cache_keyword)
+        with attention_kernel(self.model, self.attention):
+            return step(self.model, self.input_ids, self.mask, self.position_ids, self.cache, self.cache_keyword)
 
     def capture(self) -> None:
-        """Record `forward` in a CUDA graph (after warm-up forwards on a side stream), its sdpa calls on the
-        `attention` kernel."""
+        """Record `forward` in a CUDA graph (after warm-up forwards on a side stream)."""
         stream = torch.cuda.Stream(self.input_ids.device)
         stream.wait_stream(torch.cuda.current_stream(self.input_ids.device))
-        with attention_kernel(self.attention), torch.cuda.stream(stream):
+        with torch.cuda.stream(stream):
             for _ in range(_WARMUP_FORWARDS):
                 self.forward()
         torch.cuda.current_stream(self.input_ids.device).wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with attention_kernel(self.attention), torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph):
             self.logits = self.forward()
 
     def load(
@@ -205,8 +218,8 @@ class DecodeGraphs:
         compiled: bool = False,
     ):
         """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
-        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the sdpa
-        kernel captured steps run (a `DECODE_ATTENTION` key). `compiled`: each slot's step is the whole forward
+        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the attention
+        kernel of the steps (a `DECODE_ATTENTION` key). `compiled`: each slot's step is the whole forward
         through `torch.compile` (`compiled_step`), captured like the eager one."""
         if attention not in DECODE_ATTENTION:
             raise ValueError(f"attention must be one of {tuple(DECODE_ATTENTION)}, got {attention!r}")

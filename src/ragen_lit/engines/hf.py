@@ -227,8 +227,9 @@ class HFEngine:
             logits), so that a run's prefills repeat their shapes and cuDNN attention reuses the plan it builds
             per shape. None: on a GPU only. (A profiled single-turn generation on an H200 spent ~0.8 s of host
             time in cuDNN attention; on that shape the padding gained nothing measurable: docs/PERFORMANCE.md.)
-        decode_attention: the sdpa kernel of cache="graph"'s captured steps: "auto" (PyTorch's choice, cuDNN on
-            Hopper GPUs), "cudnn", "efficient" or "math" (`decode_graphs.DECODE_ATTENTION`).
+        decode_attention: the attention kernel of cache="graph"'s steps: sdpa's "auto" (PyTorch's choice, cuDNN on
+            Hopper GPUs), "cudnn", "efficient" or "math", or FlexAttention's ("flex") or two matrix products and a
+            softmax ("matmul"; both in `models.decode_attention`). Same attention, other kernels.
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
             (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
     """

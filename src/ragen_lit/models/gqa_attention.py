@@ -7,7 +7,8 @@ cross-scorer, whose rows attend over ~1.7k cached positions, those copies were 4
 an H200 (docs/PERFORMANCE.md). The same attention needs no copy of the keys: the G query heads that share
 a key/value head are stacked as G x T query rows of that head, `[B, H, T, D] -> [B, H_kv, G*T, D]`, each
 row keeping its own mask row, so one sdpa call over the H_kv heads reads each key once. The result is the
-same attention, row for row (transformers does this itself for one-token decoding, where T = 1).
+same attention, row for row. (transformers does this itself for one-token decoding, T = 1, but not inside
+`torch.compile`, where it falls back to the copies: a compiled decode step then copied every layer's whole cache.)
 
 `folded_gqa(model)` switches a model whose attention is "sdpa" to this function for the calls inside it.
 """
@@ -81,7 +82,6 @@ def folded_sdpa_forward(
         or attention_mask is None
         or attention_mask.dim() != 4
         or attention_mask.shape[1] != 1
-        or query.shape[2] == 1
         or kwargs.get("position_bias") is not None
         or kwargs.get("softcap") is not None
     ):
