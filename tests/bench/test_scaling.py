@@ -32,7 +32,21 @@ def test_a_row_reports_the_largest_phase_peaks_over_all_iterations():
     }
     row = scaling_row("fsdp", 4, 128, metrics)
     assert (row.generation_peak_gib, row.update_peak_gib) == (30.5, 42.25)
-    assert format_table([row]).splitlines()[-1].endswith("| – | 30.5 | 42.2 |")
+    assert format_table([row]).splitlines()[-1].endswith("| – | 30.5 | 42.2 | – | – |")
+
+
+def test_a_row_reports_the_ranks_token_imbalance_and_the_gradient_sum_where_logged():
+    metrics = {
+        "time/iteration_s": [(1, 9.0), (2, 4.0), (3, 4.0)],
+        "time/generation_s": [(1, 5.0), (2, 2.0), (3, 2.0)],
+        "time/update_s": [(1, 3.0), (2, 1.0), (3, 1.0)],
+        "rollout/sequence_tokens": [(1, 10.0), (2, 10.0), (3, 10.0)],
+        "parallel/token_imbalance": [(1, 2.0), (2, 1.05), (3, 1.15)],
+        "time/gradient_sum_s": [(1, 1.0), (2, 0.02), (3, 0.04)],
+    }
+    row = scaling_row("ddp", 4, 512, metrics)
+    assert row.token_imbalance == pytest.approx(1.1) and row.gradient_sum_s == pytest.approx(0.03)
+    assert format_table([row]).splitlines()[-1].endswith("| – | – | 1.100 | 0.030 |")
 
 
 def test_efficiency_is_per_device_throughput_over_the_same_strategys_single_device_run():
@@ -52,6 +66,8 @@ def test_the_smoke_run_measures_one_and_two_cpu_ranks(tmp_path, capsys):
     assert [(r["strategy"], r["devices"], r["episodes"]) for r in rows] == [("ddp", 1, 8), ("ddp", 2, 16)]
     assert rows[0]["efficiency"] == 1.0 and rows[1]["efficiency"] > 0
     assert "| ddp | 2 | 16 |" in capsys.readouterr().out
+    assert rows[0]["token_imbalance"] is None and rows[1]["token_imbalance"] >= 1  # logged by two ranks only
+    assert rows[0]["gradient_sum_s"] is None and rows[1]["gradient_sum_s"] > 0
 
 
 def test_a_bad_override_is_refused_in_one_line_before_any_run(capsys):

@@ -6,7 +6,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ragen_lit.parallel.collectives import combine_rank_metrics, full_tensor, gather_lists, rank_and_world
+from ragen_lit.parallel.collectives import (
+    combine_rank_metrics,
+    full_tensor,
+    gather_lists,
+    rank_and_world,
+    reduction_buckets,
+    sum_gradients,
+    tensor_max_over_ranks,
+)
 
 
 def test_without_process_group_everything_is_local():
@@ -33,6 +41,30 @@ def test_rank_metrics_average_over_the_ranks_that_report_them_and_peaks_take_the
     }
 
 
+def test_reduction_buckets_cut_in_order_by_size_and_dtype():
+    a, b, c = torch.zeros(4), torch.zeros(4), torch.zeros(4)  # 16 bytes each
+    big, half, half2 = torch.zeros(20), torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.bfloat16)
+    buckets = reduction_buckets([a, b, c, big, half, half2], bucket_bytes=32)
+    assert [[id(t) for t in bucket] for bucket in buckets] == [
+        [id(a), id(b)],  # 32 bytes: full
+        [id(c)],  # c and big would exceed 32
+        [id(big)],  # 80 bytes: a bucket of its own
+        [id(half), id(half2)],  # another dtype starts a bucket
+    ]
+    assert reduction_buckets([]) == []
+
+
+def _gradient_model(rank: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2), torch.nn.Linear(2, 2))
+    model[2].requires_grad_(False)  # frozen: left alone
+    for i, p in enumerate(model[:2].parameters()):
+        if rank == 1 and i == 3:
+            continue  # no gradient on this rank: it contributes zeros
+        p.grad = torch.full_like(p, float(10 * rank + i))
+    return model
+
+
 def worker(rank: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -42,6 +74,15 @@ def worker(rank: int, port: int) -> None:
         assert gather_lists(local) == ([[1, 2], [3], [4, 5, 6]], 0 if rank == 0 else 2)
         # A rank with nothing still takes part and gets everyone else's items.
         assert gather_lists(["a"] if rank == 0 else []) == (["a"], 0 if rank == 0 else 1)
+        assert tensor_max_over_ranks(torch.tensor([3 - rank, rank])).tolist() == [3, 1]
+        # gradients summed over ranks, in buckets of at most 48 bytes (several per model) and in one
+        for bucket_bytes in (48, 1 << 20):
+            model = _gradient_model(rank)
+            sum_gradients(model, bucket_bytes=bucket_bytes)
+            for i, p in enumerate(model[:2].parameters()):
+                want = i if i == 3 else i + (10 + i)  # rank 0 holds i, rank 1 10 + i (none for parameter 3)
+                torch.testing.assert_close(p.grad, torch.full_like(p, float(want)))
+            assert all(p.grad is None for p in model[2].parameters())
         # no rank tears the group down while the other still talks to it (gloo aborts)
         dist.barrier()
     finally:

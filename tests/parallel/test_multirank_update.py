@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from tests.parallel.test_fsdp import _full_weights, _raw_batch
 
@@ -83,7 +84,13 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
                     continue  # the rank without rows takes the same path for every preset
                 rows = rows_of_rank[rank]
                 mine = select_rows(expected["raw"], rows) if rows else None
-                got = _run(_module(model_dir, preset, extra), mine)
+                module = _module(model_dir, preset, extra)
+                got = _run(module, mine)
+                stats = module.pop_step_stats()
+                # the busiest rank's trained tokens over the mean (split B: rank 0 trains all, twice the mean)
+                tokens = [float(expected["raw"]["loss_mask"][r].sum()) for r in rows_of_rank]
+                assert stats["parallel/token_imbalance"] == pytest.approx(max(tokens) * 2 / sum(tokens))
+                assert stats["time/gradient_sum_s"] > 0
                 want = expected[preset]
                 if rows:
                     torch.testing.assert_close(

@@ -62,6 +62,12 @@ class ScalingRow:
     """largest GPU memory any rank allocated while generating, over the run's iterations (None off CUDA)"""
     update_peak_gib: float | None = None
     """the same for the update"""
+    token_imbalance: float | None = None
+    """the busiest rank's trained tokens over the mean, per optimizer step (`parallel/token_imbalance`; None on one
+    device)"""
+    gradient_sum_s: float | None = None
+    """seconds from rank 0's last backward to its summed gradients, per optimizer step: the wait for the slowest rank
+    and the all-reduce (`time/gradient_sum_s`; DDP only)"""
 
 
 def steady_mean(history: list[tuple[int, float]]) -> float:
@@ -93,6 +99,10 @@ def scaling_row(strategy: str, devices: int, episodes: int, metrics: dict[str, l
         tokens_per_s_per_device=tokens / step / devices,
         generation_peak_gib=run_peak(metrics.get("memory/generation_peak_gib")),
         update_peak_gib=run_peak(metrics.get("memory/update_peak_gib")),
+        token_imbalance=steady_mean(metrics["parallel/token_imbalance"])
+        if "parallel/token_imbalance" in metrics
+        else None,
+        gradient_sum_s=steady_mean(metrics["time/gradient_sum_s"]) if "time/gradient_sum_s" in metrics else None,
     )
 
 
@@ -107,15 +117,18 @@ def add_efficiency(rows: list[ScalingRow]) -> None:
 def format_table(rows: list[ScalingRow]) -> str:
     lines = [
         "| strategy | devices | episodes | step s | generation s | update s | training tok/s | per device "
-        "| efficiency | peak GiB, generation | peak GiB, update |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| efficiency | peak GiB, generation | peak GiB, update | token imbalance | gradient sum s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         efficiency = "–" if r.efficiency is None else f"{r.efficiency:.1%}"
         peaks = ["–" if gib is None else f"{gib:.1f}" for gib in (r.generation_peak_gib, r.update_peak_gib)]
+        imbalance = "–" if r.token_imbalance is None else f"{r.token_imbalance:.3f}"
+        gradient_sum = "–" if r.gradient_sum_s is None else f"{r.gradient_sum_s:.3f}"
         lines.append(
             f"| {r.strategy} | {r.devices} | {r.episodes} | {r.step_s:.2f} | {r.generation_s:.2f} | {r.update_s:.2f} "
-            f"| {r.tokens_per_s:,.0f} | {r.tokens_per_s_per_device:,.0f} | {efficiency} | {peaks[0]} | {peaks[1]} |"
+            f"| {r.tokens_per_s:,.0f} | {r.tokens_per_s_per_device:,.0f} | {efficiency} | {peaks[0]} | {peaks[1]} "
+            f"| {imbalance} | {gradient_sum} |"
         )
     return "\n".join(lines)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import time
 from collections import defaultdict
 
 import lightning as L
@@ -410,6 +411,10 @@ class AgentRLModule(L.LightningModule):
         # normalise by the mini-batch totals over all ranks: gradients are then *summed* over ranks
         num_tokens, num_seqs = dist_utils.sum_over_ranks(torch.stack([mask.sum(), mask.any(-1).sum()]))
         totals = {"num_tokens": num_tokens.clamp(min=1), "num_seqs": num_seqs.clamp(min=1)}
+        if dist_utils.is_distributed():
+            # the busiest rank's trained tokens over the mean: every rank waits for it at the gradient sum
+            busiest = dist_utils.tensor_max_over_ranks(mask.sum())
+            self._record("parallel/token_imbalance", busiest * dist_utils.rank_and_world()[1] / totals["num_tokens"])
         settings = self._loss_settings()
         pg_total = 0.0
         from_update = self.old_logprobs_in_update
@@ -478,8 +483,14 @@ class AgentRLModule(L.LightningModule):
 
     def _step(self, optimizer, model, name: str):
         clip = self.cfg.optim.grad_clip
-        if not self.sharded:  # FSDP's reduce-scatter has summed them already; a rank without rows adds zeros
+        if not self.sharded and dist_utils.is_distributed():
+            # FSDP's reduce-scatter has summed them already; a rank without rows adds zeros. Timed from this rank's
+            # last backward: the wait for the slowest rank, then the all-reduce.
+            self._synchronize()
+            start = time.perf_counter()
             dist_utils.sum_gradients(model)
+            self._synchronize()
+            self._record("time/gradient_sum_s", time.perf_counter() - start)
         params = [p for p in model.parameters() if p.grad is not None]
         # with FSDP the gradients are DTensor shards and this is the global norm (a collective)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -492,6 +503,10 @@ class AgentRLModule(L.LightningModule):
         optimizer.zero_grad(set_to_none=True)
         if model is self.policy:
             self._policy_version += 1  # the inference replica is stale from now on
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _record(self, key: str, value) -> None:
         # tensors stay on the device until `pop_step_stats`: a float() here would make the host wait
