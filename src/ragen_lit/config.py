@@ -146,11 +146,13 @@ class RolloutConfig:
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
     """hf only, graph cache: the attention kernel of its decode steps: sdpa's auto (PyTorch's choice, cuDNN on Hopper)
     | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax). On an
-    H200, auto decoded fastest of sdpa's (efficient -8%, math -47%: docs/PERFORMANCE.md)"""
+    H200's multi-turn bench auto was fastest (step +8% with efficient, +47% with math; generation +13% with flex:
+    docs/PERFORMANCE.md)"""
     hf_compile_decode: bool = False
     """hf only, graph cache: each one-token decode step is the whole forward through torch.compile (fuses the ~30
     small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first
-    steps of each new slot shape pay the compilation. Off until a GPU has measured it (docs/PERFORMANCE.md)"""
+    steps of each new slot shape pay the compilation. On an H200 it gained +6.5% with hf_decode_attention=flex in the
+    engine alone, nothing in the multi-turn bench, after 72 s of compilation: off (docs/PERFORMANCE.md)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False
