@@ -46,10 +46,21 @@ def _runs(tmp_path):
     return mlflow.search_runs(experiment_names=["ragen_lit"])
 
 
+# The first-turn MI needs valid first-turn reasonings from at least two prompts in an iteration (else it is not logged).
+# With 2 prompts x 4 rollouts, a tiny model trained on one CPU left a prompt without any in some iterations; 4 prompts
+# make every iteration's scope all but certain to hold two.
+MI_EVERY_ITERATION = "rollout.groups=4"
+
+
 def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     summary = fit(
         _cfg(
-            tmp_path, tiny_model_dir, "trainer.iterations=2", "logging.save_rollouts=true", "trainer.checkpoint_every=1"
+            tmp_path,
+            tiny_model_dir,
+            "trainer.iterations=2",
+            "logging.save_rollouts=true",
+            "trainer.checkpoint_every=1",
+            MI_EVERY_ITERATION,
         )
     )
     assert summary["iterations"] == 2
@@ -87,7 +98,7 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     assert {"prompt", "reasoning", "group"} <= set(first) and first["prompt"].endswith("<think>")
 
     # resume: same run folder and MLflow run, continues at iteration 3
-    fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=3", "trainer.resume=last"))
+    fit(_cfg(tmp_path, tiny_model_dir, "trainer.iterations=3", "trainer.resume=last", MI_EVERY_ITERATION))
     runs = _runs(tmp_path)
     assert len(runs) == 1
     steps = sorted(m.step for m in client.get_metric_history(runs.iloc[0]["run_id"], "rollout/success"))

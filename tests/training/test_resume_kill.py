@@ -31,7 +31,7 @@ def _args(output_dir: Path, model_dir, *extra) -> list[str]:
         str(ROOT / "conf" / "frozenlake.yaml"),
         f"model.path={model_dir}",
         f"logging.output_dir={output_dir}",
-        "rollout.groups=2",
+        "rollout.groups=4",  # the first-turn MI needs valid reasonings from two prompts in every iteration
         "rollout.group_size=4",
         "rollout.max_turns=1",
         "rollout.max_new_tokens=32",
