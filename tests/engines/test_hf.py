@@ -554,6 +554,10 @@ def test_bad_prompts_and_arguments_raise(model):
         engine.generate([[1, 2], []], greedy())
     with pytest.raises(ValueError, match=r"\[0, 300\)"):
         engine.generate([[1, VOCAB]], greedy())
+    with pytest.raises(ValueError, match=r"\[0, 300\)"):
+        engine.generate([[3, 4], [-1, 2]], greedy())
+    with pytest.raises(ValueError, match="pad_token_id must be below the vocabulary size 300"):
+        HFEngine(model, pad_token_id=VOCAB).generate(PROMPTS, greedy())
     with pytest.raises(ValueError, match="cache"):
         HFEngine(model, pad_token_id=0, cache="paged")
     with pytest.raises(ValueError, match="max_batch_size"):

@@ -314,6 +314,13 @@ class HFEngine:
         prompts = validate_request(prompts, params)
         if not prompts:
             return []
+        # checked here on the host lists, not on the device tensors of each prefill: reading a device value back
+        # would make the host wait for all queued work before it may launch the prefill
+        vocab_size = self.model.get_input_embeddings().num_embeddings
+        if min(map(min, prompts)) < 0 or max(map(max, prompts)) >= vocab_size:
+            raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
+        if self.pad_token_id >= vocab_size:
+            raise ValueError(f"pad_token_id must be below the vocabulary size {vocab_size}, got {self.pad_token_id}")
         device = self.device if self.device is not None else next(self.model.parameters()).device
         generator = None
         if params.seed is not None:
@@ -420,9 +427,6 @@ class HFEngine:
     ) -> torch.Tensor:
         """One prefill forward of `input_ids: [B, W]` into `cache` (`attention_mask` covers the cached positions
         too); returns the logits of the last position `[B, V]`."""
-        vocab_size = self.model.get_input_embeddings().num_embeddings
-        if int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size:
-            raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
         cached = cache.get_seq_length()
         with folded_gqa(self.model):  # grouped-query heads under the padding mask without key/value copies
             out = self.model(
