@@ -408,9 +408,10 @@ class HFEngine:
         sees exactly its prompt at its positions. Same returns as `_prefill` (the cache has the B rows)."""
         prefix_ids, prefix_mask = left_pad(plan.prefixes, self.pad_token_id, device, multiple)
         suffix_ids, suffix_mask = left_pad(plan.suffixes, self.pad_token_id, device, multiple)
+        # copied from host memory before the first forward: a copy queued after it waits for it to finish
+        rows = torch.tensor(plan.prefix_of, device=device)
         cache = self._new_cache(prefix_ids.shape[1] + suffix_ids.shape[1] + max_new_tokens)
         self._forward_prompt(prefix_ids, prefix_mask, (prefix_mask.cumsum(-1) - 1).clamp(min=0), cache)
-        rows = torch.tensor(plan.prefix_of, device=device)
         cache.reorder_cache(rows)
         attention_mask = torch.cat([prefix_mask[rows], suffix_mask], dim=1)
         position_ids = prefix_mask.sum(-1)[rows, None] + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
@@ -512,6 +513,7 @@ class HFEngine:
         (a row's tokens after its stop are discarded), so each step has the same shapes and replays
         one captured graph; no step synchronises with the host except a finished-check every
         `_FINISHED_CHECK_EVERY` steps."""
+        stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
         logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
@@ -523,7 +525,6 @@ class HFEngine:
         positions = prompt_mask.sum(-1)
         slot.load(prefix, copy_index, prompt_mask, positions)
         del prefix
-        stops = _Stops(params, device)
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
         for step in range(max_new_tokens):
             next_ids, next_logprobs = sample_next_tokens(
