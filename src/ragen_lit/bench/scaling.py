@@ -78,6 +78,11 @@ def steady_mean(history: list[tuple[int, float]]) -> float:
     return statistics.fmean(values)
 
 
+def optional_steady_mean(history: list[tuple[int, float]] | None) -> float | None:
+    """`steady_mean` of a metric some runs do not log (None where not logged: a multi-rank metric on one device)."""
+    return steady_mean(history) if history else None
+
+
 def run_peak(history: list[tuple[int, float]] | None) -> float | None:
     """Largest value of a per-iteration peak-memory metric over all iterations (None: not logged, off CUDA)."""
     return max(value for _, value in history) if history else None
@@ -99,10 +104,8 @@ def scaling_row(strategy: str, devices: int, episodes: int, metrics: dict[str, l
         tokens_per_s_per_device=tokens / step / devices,
         generation_peak_gib=run_peak(metrics.get("memory/generation_peak_gib")),
         update_peak_gib=run_peak(metrics.get("memory/update_peak_gib")),
-        token_imbalance=steady_mean(metrics["parallel/token_imbalance"])
-        if "parallel/token_imbalance" in metrics
-        else None,
-        gradient_sum_s=steady_mean(metrics["time/gradient_sum_s"]) if "time/gradient_sum_s" in metrics else None,
+        token_imbalance=optional_steady_mean(metrics.get("parallel/token_imbalance")),
+        gradient_sum_s=optional_steady_mean(metrics.get("time/gradient_sum_s")),
     )
 
 
