@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from torch.profiler import record_function
+
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.parsing import parse_response
 from ragen_lit.agent.prompts import ANSWER_CLOSE, system_prompt, user_message
@@ -125,46 +127,54 @@ def rollout(
         if params.seed is not None:
             params.seed = sampling.seed + turn
         generations = engine.generate([trajectories[i].token_ids for i in active], params)
-        # the state each turn's prompt showed, before its actions run
-        state_keys = [envs[i].state_key() for i in active]
-        parsed_all = [
-            parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
-            for gen in generations
-        ]
-        acted_all = _act_all(
-            [envs[i] for i in active], [p.actions for p in parsed_all], [max(actions_left[i], 0) for i in active]
-        )
-        still_active = []
-        for i, gen, parsed, acted, state_key in zip(active, generations, parsed_all, acted_all, state_keys):
-            traj = trajectories[i]
-            prompt_end = len(traj.token_ids)
-            traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
-            response_end = len(traj.token_ids)
-            executed, turn_reward, done = acted.executed, acted.reward, acted.done
-            actions_left[i] -= len(executed)
-            if acted.observation is not None:
-                observations[i] = acted.observation
-            if acted.success is not None:
-                traj.success = acted.success
-            valid = bool(executed)
-            if not valid:
-                turn_reward += limits.format_penalty
-            traj.turns.append(Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid, state_key))
-            traj.reward += turn_reward
-            traj.num_actions += len(executed)
-            traj.append(chat.close_ids(gen.token_ids), sampled=False)
-            if done or actions_left[i] <= 0 or turn == limits.max_turns:
-                continue
-            next_ids = chat.next_turn_ids(
-                user_message(
-                    turn + 1, observations[i], actions_left[i], previous_reward=turn_reward, previous_invalid=not valid
-                )
+        # named in profiles (`bench.profiling.idle_gaps`): the host's work between two turns' generations
+        with record_function("ragen/rollout.turn"):
+            # the state each turn's prompt showed, before its actions run
+            state_keys = [envs[i].state_key() for i in active]
+            parsed_all = [
+                parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
+                for gen in generations
+            ]
+            acted_all = _act_all(
+                [envs[i] for i in active], [p.actions for p in parsed_all], [max(actions_left[i], 0) for i in active]
             )
-            if len(traj.token_ids) + len(next_ids) + limits.max_new_tokens > limits.max_context_tokens:
-                traj.truncated_context = True
-                continue
-            traj.append(next_ids, sampled=False)
-            still_active.append(i)
+            still_active = []
+            for i, gen, parsed, acted, state_key in zip(active, generations, parsed_all, acted_all, state_keys):
+                traj = trajectories[i]
+                prompt_end = len(traj.token_ids)
+                traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
+                response_end = len(traj.token_ids)
+                executed, turn_reward, done = acted.executed, acted.reward, acted.done
+                actions_left[i] -= len(executed)
+                if acted.observation is not None:
+                    observations[i] = acted.observation
+                if acted.success is not None:
+                    traj.success = acted.success
+                valid = bool(executed)
+                if not valid:
+                    turn_reward += limits.format_penalty
+                traj.turns.append(
+                    Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid, state_key)
+                )
+                traj.reward += turn_reward
+                traj.num_actions += len(executed)
+                traj.append(chat.close_ids(gen.token_ids), sampled=False)
+                if done or actions_left[i] <= 0 or turn == limits.max_turns:
+                    continue
+                next_ids = chat.next_turn_ids(
+                    user_message(
+                        turn + 1,
+                        observations[i],
+                        actions_left[i],
+                        previous_reward=turn_reward,
+                        previous_invalid=not valid,
+                    )
+                )
+                if len(traj.token_ids) + len(next_ids) + limits.max_new_tokens > limits.max_context_tokens:
+                    traj.truncated_context = True
+                    continue
+                traj.append(next_ids, sampled=False)
+                still_active.append(i)
         active = still_active
     for env in envs:
         env.close()

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 from transformers import Cache, DynamicCache, StaticCache
 
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
@@ -514,33 +515,39 @@ class HFEngine:
         one captured graph; no step synchronises with the host except a finished-check every
         `_FINISHED_CHECK_EVERY` steps."""
         stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
-        logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+        # the regions name the host's work in profiles (`bench.profiling.idle_gaps`)
+        with record_function("ragen/engine.prefill"):
+            logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
         if self._graphs is None:
             self._graphs = DecodeGraphs(
                 self.model, self.max_batch_size, attention=self.decode_attention, compiled=self.compile_decode
             )
-        slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
-        positions = prompt_mask.sum(-1)
-        slot.load(prefix, copy_index, prompt_mask, positions)
+        with record_function("ragen/engine.slot"):
+            slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
+        with record_function("ragen/engine.load"):
+            positions = prompt_mask.sum(-1)
+            slot.load(prefix, copy_index, prompt_mask, positions)
         del prefix
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
-        for step in range(max_new_tokens):
-            next_ids, next_logprobs = sample_next_tokens(
-                logits, params.temperature, params.top_k, params.top_p, generator
-            )
-            token_ids[:, step] = next_ids
-            logprobs[:, step] = next_logprobs
-            newly_stopped = stops.hit(next_ids, token_ids, step) & ~finished
-            num_generated = torch.where(newly_stopped, step + 1, num_generated)
-            finished |= newly_stopped
-            if step == max_new_tokens - 1:
-                break
-            if (step + 1) % _FINISHED_CHECK_EVERY == 0 and bool(finished.all()):
-                break
-            logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
-        return _generations(token_ids, logprobs, num_generated, finished)
+        with record_function("ragen/engine.decode"):
+            for step in range(max_new_tokens):
+                next_ids, next_logprobs = sample_next_tokens(
+                    logits, params.temperature, params.top_k, params.top_p, generator
+                )
+                token_ids[:, step] = next_ids
+                logprobs[:, step] = next_logprobs
+                newly_stopped = stops.hit(next_ids, token_ids, step) & ~finished
+                num_generated = torch.where(newly_stopped, step + 1, num_generated)
+                finished |= newly_stopped
+                if step == max_new_tokens - 1:
+                    break
+                if (step + 1) % _FINISHED_CHECK_EVERY == 0 and bool(finished.all()):
+                    break
+                logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
+        with record_function("ragen/engine.outputs"):
+            return _generations(token_ids, logprobs, num_generated, finished)
 
 
 class _Stops:

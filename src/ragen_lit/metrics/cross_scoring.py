@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
@@ -177,14 +178,15 @@ def _score_with_prompt_cache(
             # no row is empty: a group's prefixes are all at least 3/4 of the longest
             mask = torch.arange(prefix_width, device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
             group_cache = DynamicCache(config=model.config)
-            token_logprobs(
-                model,
-                ids,
-                mask,
-                score_mask=torch.zeros_like(mask),
-                max_tokens_per_chunk=max_tokens_per_chunk,
-                cache=group_cache,
-            )
+            with record_function("ragen/score.prefixes"):  # the regions name the host's work in profiles
+                token_logprobs(
+                    model,
+                    ids,
+                    mask,
+                    score_mask=torch.zeros_like(mask),
+                    max_tokens_per_chunk=max_tokens_per_chunk,
+                    cache=group_cache,
+                )
             layers = [(layer.keys, layer.values) for layer in group_cache.layers]
             # only plain full-attention layers holding every prefix position can be gathered and continued
             if not layers or any(
@@ -219,18 +221,20 @@ def _score_with_prompt_cache(
             attention_mask = torch.arange(width, device=device) < reasoning_real[sample, None]
             batch_cache = cache_mask = None
             if cached > 0:
-                batch_cache = _continuation_cache(model.config, layers, member, cached, width)
+                with record_function("ragen/score.gather"):
+                    batch_cache = _continuation_cache(model.config, layers, member, cached, width)
                 cache_mask = torch.arange(cached, device=device) < prefix_of[member, None]
-            logprobs = token_logprobs(
-                model,
-                input_ids,
-                attention_mask,
-                max_tokens_per_chunk=max_tokens_per_chunk,
-                temperature=temperature,
-                cache=batch_cache,
-                cache_mask=cache_mask,
-                compile_head=compile_head,
-            ).logprobs
+            with record_function("ragen/score.rows"):
+                logprobs = token_logprobs(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    max_tokens_per_chunk=max_tokens_per_chunk,
+                    temperature=temperature,
+                    cache=batch_cache,
+                    cache_mask=cache_mask,
+                    compile_head=compile_head,
+                ).logprobs
             if batch_cache is not None and not extended_checked:  # once per call: the check waits for the device
                 if batch_cache.get_seq_length() != cached + width:
                     raise RuntimeError("the model did not extend the prompt's KV cache; cannot score against it")
