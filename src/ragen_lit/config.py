@@ -31,6 +31,7 @@ from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
 from ragen_lit.models import ATTENTION_IMPLEMENTATIONS, DTYPES
+from ragen_lit.models.gqa_attention import MASKED_ATTENTION
 from ragen_lit.typed_fields import check_fields, checked, field_docs
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,10 @@ class ModelConfig:
     """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
     flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
     through it, and the hf engine loses its fixed-shape decode, so pair it with rollout.engine=vllm) | eager"""
+    masked_attention: str = checked("auto", choices=tuple(MASKED_ATTENTION))
+    """sdpa kernels of the no-grad forwards under a padding mask, the hf engine's prefill and the collapse
+    diagnostics' cross-scoring: auto (PyTorch's choice; cuDNN's on Hopper GPUs, which builds a plan on the host for
+    every new shape) | efficient (the memory-efficient kernel, no per-shape plans; math where it is missing)"""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """low-rank adapters (peft) on the policy and the critic's backbone"""
 

@@ -1,4 +1,5 @@
-"""The online diagnostics score reasonings at the rollout temperature they were sampled at, and time each scope."""
+"""The online diagnostics score reasonings at the rollout temperature they were sampled at, on the masked-attention
+kernels the config names, and time each scope."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def _diagnostics(monkeypatch, seen, sleep=()):
     """`maybe_compute` over 3 one-turn trajectories with a fake scorer (the i-th call sleeps `sleep[i]` seconds)."""
 
     def fake_cross_score(policy, prompts, reasonings, **kwargs):
-        seen.append(kwargs["temperature"])
+        seen.append((kwargs["temperature"], kwargs["attention"]))
         time.sleep(sleep[len(seen) - 1] if len(seen) <= len(sleep) else 0)
         scores = torch.eye(len(reasonings), len(prompts))
         return scores, scores
@@ -27,13 +28,15 @@ def _diagnostics(monkeypatch, seen, sleep=()):
     chat = SimpleNamespace(encode=lambda text: [5, 6], tokenizer=SimpleNamespace(pad_token_id=0))
     policy = torch.nn.Linear(1, 1)
     cfg = DiagnosticsConfig(every_n_iterations=1, num_samples=3, max_tokens_per_forward=64)
-    return CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)
+    return CollapseDiagnostics(cfg).maybe_compute(
+        policy, chat, trajectories, iteration=1, temperature=0.7, attention="efficient"
+    )
 
 
-def test_maybe_compute_passes_the_rollout_temperature_to_the_cross_scorer(monkeypatch):
+def test_maybe_compute_passes_the_rollout_temperature_and_the_attention_kernels_to_the_cross_scorer(monkeypatch):
     seen = []
     _diagnostics(monkeypatch, seen)
-    assert seen == [0.7, 0.7]  # first-turn and trajectory scopes
+    assert seen == [(0.7, "efficient"), (0.7, "efficient")]  # first-turn and trajectory scopes
 
 
 def test_each_scope_logs_the_seconds_it_took(monkeypatch):

@@ -231,6 +231,7 @@ def test_no_reasonings_gives_empty_rows():
         ([[1], []], REASONINGS, {}, r"prompts\[1\]"),
         ([], REASONINGS, {}, "prompts"),
         (PROMPTS, REASONINGS, dict(max_tokens_per_forward=0), "max_tokens_per_forward"),
+        (PROMPTS, REASONINGS, dict(attention="flash"), r"attention must be one of \('auto', 'efficient'\)"),
     ],
 )
 def test_bad_inputs_raise(prompts, reasonings, kwargs, message):
@@ -251,6 +252,27 @@ def test_padded_widths_match_naive(kind, max_tokens_per_forward):
         max_tokens_per_chunk=5,
         pad_widths=True,
     )
+
+
+def test_the_efficient_kernel_scores_what_naive_scoring_does_and_is_the_only_fused_one_allowed(monkeypatch):
+    """`attention="efficient"` (`diagnostics.attention`): sdpa may use the memory-efficient kernel (or math), not
+    cuDNN's, whose plans are built per shape; the scores are unchanged."""
+    allowed = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        allowed.append((torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled()))
+        return sdpa(*args, **kwargs)
+
+    model = tiny_model("qwen2")
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    _, l_sum = cross_score(
+        model, MIXED_PROMPTS, MIXED_REASONINGS, max_tokens_per_forward=60, pad_widths=True, attention="efficient"
+    )
+    monkeypatch.undo()
+    assert allowed and all(flags == (False, True) for flags in allowed)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the setting is back after the call
+    torch.testing.assert_close(l_sum, naive_matrix(model, MIXED_PROMPTS, MIXED_REASONINGS), atol=1e-4, rtol=0)
 
 
 def test_padded_widths_repeat_across_calls_with_new_lengths():

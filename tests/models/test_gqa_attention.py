@@ -8,7 +8,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ragen_lit.models import gqa_attention
-from ragen_lit.models.gqa_attention import NAME, fold_gqa_attention, fold_mask, folded_gqa
+from ragen_lit.models.gqa_attention import NAME, additive_mask, fold_gqa_attention, fold_mask, folded_gqa
 
 
 def repeated(query, key, value, mask):
@@ -47,14 +47,41 @@ def test_a_model_under_folded_gqa_gives_the_same_logits_and_gets_its_setting_bac
     mask[1, 6:], mask[2, :3] = 0, 0  # right and left padding: a 4D mask reaches the attention
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask).logits
-        folds = []
+        folds, conversions = [], []
         monkeypatch.setattr(gqa_attention, "fold_mask", lambda *a: folds.append(1) or fold_mask(*a))
+        monkeypatch.setattr(gqa_attention, "additive_mask", lambda *a: conversions.append(1) or additive_mask(*a))
+        seen = []
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        monkeypatch.setattr(
+            torch.nn.functional,
+            "scaled_dot_product_attention",
+            lambda *a, **k: seen.append(k["attn_mask"]) or sdpa(*a, **k),
+        )
         with folded_gqa(model):
             assert model.config._attn_implementation == NAME
             got = model(input_ids=ids, attention_mask=mask).logits
-            assert len(folds) == 1  # folded once for the forward's two layers
+            assert len(folds) == len(conversions) == 1  # folded and made additive once for the forward's two layers
             model(input_ids=ids, attention_mask=mask)
-            assert len(folds) == 2  # a new forward, a new mask
+            assert len(folds) == len(conversions) == 2  # a new forward, a new mask
+        # sdpa gets the additive mask, not a bool one it would convert at every layer
+        assert len(seen) == 4 and all(m.dtype == torch.float32 for m in seen)
     assert model.config._attn_implementation == "sdpa"
     assert not gqa_attention._last_fold  # nothing kept alive after the context
     torch.testing.assert_close(got, want)
+
+
+def test_an_additive_mask_is_the_one_sdpa_makes_of_a_bool_mask():
+    torch.manual_seed(0)
+    query, key, value = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    keep = torch.rand(2, 1, 4, 6) > 0.3
+    keep[..., 0] = True  # no row without a key
+    additive = additive_mask(keep, torch.float32)
+    assert additive.dtype == torch.float32 and torch.equal(additive == 0, keep)
+    assert torch.isneginf(additive[~keep]).all()
+    torch.testing.assert_close(
+        torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=additive),
+        torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep),
+        rtol=0,
+        atol=0,
+    )
+    assert additive_mask(additive, torch.bfloat16) is additive  # an additive mask is kept as it is

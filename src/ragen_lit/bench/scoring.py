@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import time
@@ -36,6 +37,7 @@ from ragen_lit.bench.random_model import QWEN_SHAPES
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import compile_layers
+from ragen_lit.models.gqa_attention import MASKED_ATTENTION
 
 
 def workload(args, vocab_size: int, draw: int = 0) -> tuple[list[list[int]], list[list[int]]]:
@@ -102,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["on"],
         help="cross_score's pad_widths (forward widths rounded up so that shapes repeat; on is a GPU run's default)",
     )
+    parser.add_argument(
+        "--attention",
+        nargs="+",
+        choices=list(MASKED_ATTENTION),
+        default=["auto"],
+        help="cross_score's attention kernel (diagnostics.attention)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--fresh-shapes",
@@ -124,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts, reasonings = workload(args, model.config.vocab_size)
     flops = scoring_flops(model.config, prompts, reasonings)
     # --fresh-shapes: the warm-up and each timed call get their own draw (new lengths, so new forward shapes)
-    settings = [(b, m, p) for b in args.tokens_per_forward for m in args.modes for p in args.pad_widths]
+    settings = list(itertools.product(args.tokens_per_forward, args.modes, args.pad_widths, args.attention))
     draws = iter(range(1, 1 + (1 + args.repeats) * len(settings)))
 
     def sync() -> None:
@@ -136,16 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         models["compiled"] = copy.deepcopy(model)
         compile_layers(models["compiled"])
     results = []
-    for bound, mode, pad in settings:
+    for bound, mode, pad, attention in settings:
         resolved = tokens_per_forward(model, bound)
 
-        def call(resolved: int = resolved, mode: str = mode, pad: str = pad, work=(prompts, reasonings)):
+        def call(resolved=resolved, mode=mode, pad=pad, attention=attention, work=(prompts, reasonings)):
             return cross_score(
                 models[mode],
                 *work,
                 max_tokens_per_forward=resolved,
                 compile_head=mode == "compiled",
                 pad_widths=pad == "on",
+                attention=attention,
             )
 
         def fresh() -> tuple:
@@ -169,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 "tokens_per_forward": resolved,
                 "mode": mode,
                 "pad_widths": pad,
+                "attention": attention,
                 "seconds": seconds,
                 "times_s": times,
                 "pairs_per_s": len(prompts) * len(reasonings) / seconds,
@@ -188,11 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         f"call; median of {args.repeats} calls after a warm-up"
         + ("; every call a fresh draw of prompt lengths" if args.fresh_shapes else ""),
         "",
-        "| tokens per forward | model | padded widths | seconds | pairs/s | MFU | peak GiB |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: |",
+        "| tokens per forward | model | padded widths | attention | seconds | pairs/s | MFU | peak GiB |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     lines += [
-        f"| {r['tokens_per_forward']} | {r['mode']} | {r['pad_widths']} | {r['seconds']:.3f} "
+        f"| {r['tokens_per_forward']} | {r['mode']} | {r['pad_widths']} | {r['attention']} | {r['seconds']:.3f} "
         f"| {r['pairs_per_s']:,.0f} | {r['mfu']:.1%} | {r['peak_gib']:.1f} |"
         for r in results
     ]
@@ -200,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         last = results[-1]
         label = (
             f"one call at {last['tokens_per_forward']} tokens per forward, {last['mode']} model, padded widths "
-            f"{last['pad_widths']}"
+            f"{last['pad_widths']}, attention {last['attention']}"
         )
         lines += ["", *format_breakdown(label, profile)]
     print("\n".join(lines))

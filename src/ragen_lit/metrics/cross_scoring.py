@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
-from ragen_lit.models.gqa_attention import folded_gqa
+from ragen_lit.models.gqa_attention import MASKED_ATTENTION, folded_gqa
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 from ragen_lit.shapes import round_up
 
@@ -47,6 +47,7 @@ def cross_score(
     temperature: float = 1.0,
     compile_head: bool = False,
     pad_widths: bool | None = None,
+    attention: str = "auto",
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
@@ -73,6 +74,8 @@ def cross_score(
         pad_widths: round the forwards' widths up (prefixes to multiples of 64, rows to multiples of 16;
             masked, same scores), so that a run's calls repeat their shapes and kernels that plan per shape
             (cuDNN attention) reuse their plans. None: on a GPU only.
+        attention: the sdpa kernels of the masked attention, a `models.gqa_attention.MASKED_ATTENTION` key
+            (`model.masked_attention`).
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
@@ -81,6 +84,8 @@ def cross_score(
         raise ValueError("prompts must hold at least one prompt, got none")
     if max_tokens_per_forward < 1:
         raise ValueError(f"max_tokens_per_forward must be >= 1, got {max_tokens_per_forward}")
+    if attention not in MASKED_ATTENTION:
+        raise ValueError(f"attention must be one of {tuple(MASKED_ATTENTION)}, got {attention!r}")
     for j, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompts[{j}] is empty; every prompt needs at least one token to condition on")
@@ -102,7 +107,7 @@ def cross_score(
     if pad_widths is None:
         pad_widths = device.type == "cuda"
     # grouped-query attention under the rows' masks without copying keys and values per query head
-    with torch.no_grad(), folded_gqa(model):
+    with torch.no_grad(), folded_gqa(model, attention):
         scores = None
         if distinct_reasonings and cache_keyword(model) is not None:
             scores = _score_with_prompt_cache(

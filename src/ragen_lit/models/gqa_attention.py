@@ -15,15 +15,21 @@ same attention, row for row. (transformers does this itself for one-token decodi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "ragen_folded_gqa"
+# The sdpa kernels a masked attention may use (None: PyTorch's choice): "auto" is cuDNN's on Hopper, which builds
+# an execution plan on the host for every new shape (tens of ms each); "efficient" is the memory-efficient kernel,
+# which builds none (the math kernel where it is missing, e.g. on a CPU)
+MASKED_ATTENTION = {"auto": None, "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]}
 
 
 def fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
@@ -49,18 +55,28 @@ def fold_gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     return out.reshape(batch, heads, length, dim)
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True: attend) as the additive mask sdpa makes of it (0 where True, -inf elsewhere, in
+    `dtype`); an additive mask as it is."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask.logical_not(), float("-inf"))
+
+
 # Inside `folded_gqa`: the last mask folded and its fold. Every layer of a forward gets the same mask object, so it
-# is folded once per forward instead of once per layer; emptied when the context exits.
-_last_fold: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+# is folded once per forward instead of once per layer, and made additive once: sdpa converts a bool mask at every
+# call, a pass over the whole [B, 1, G*T, S] mask per layer (and its plans and kernels read the result anyway);
+# emptied when the context exits.
+_last_fold: list[tuple[torch.Tensor, int, torch.dtype, torch.Tensor]] = []
 
 
-def _folded(mask: torch.Tensor, groups: int) -> torch.Tensor:
+def _folded(mask: torch.Tensor, groups: int, dtype: torch.dtype) -> torch.Tensor:
     if torch.compiler.is_compiling():  # a traced graph folds its own mask
         return fold_mask(mask, groups)
-    if _last_fold and _last_fold[0][0] is mask and _last_fold[0][1] == groups:
-        return _last_fold[0][2]
-    folded = fold_mask(mask, groups)
-    _last_fold[:] = [(mask, groups, folded)]
+    if _last_fold and _last_fold[0][0] is mask and _last_fold[0][1:3] == (groups, dtype):
+        return _last_fold[0][3]
+    folded = additive_mask(fold_mask(mask, groups), dtype)
+    _last_fold[:] = [(mask, groups, dtype, folded)]
     return folded
 
 
@@ -88,7 +104,7 @@ def folded_sdpa_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    mask = _folded(attention_mask, groups)
+    mask = _folded(attention_mask, groups, query.dtype)
     out = fold_gqa_attention(query, key, value, mask, dropout_p=dropout, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
 
@@ -98,16 +114,21 @@ AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 @contextmanager
-def folded_gqa(model: torch.nn.Module) -> Iterator[None]:
-    """Inside: `model`'s sdpa attention runs `folded_sdpa_forward` (same results, no key/value copies).
-    A model with another attention implementation is left as it is."""
-    config = model.config
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        yield
-        return
-    config._attn_implementation = NAME
-    try:
-        yield
-    finally:
-        config._attn_implementation = "sdpa"
-        _last_fold.clear()
+def folded_gqa(model: torch.nn.Module, kernel: str = "auto") -> Iterator[None]:
+    """Inside: `model`'s sdpa attention runs `folded_sdpa_forward` (same results, no key/value copies), on the
+    sdpa kernels `MASKED_ATTENTION[kernel]` allows. A model with another attention implementation is left as it
+    is."""
+    if kernel not in MASKED_ATTENTION:
+        raise ValueError(f"the masked-attention kernel must be one of {tuple(MASKED_ATTENTION)}, got {kernel!r}")
+    backends = MASKED_ATTENTION[kernel]
+    with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+        config = model.config
+        if getattr(config, "_attn_implementation", None) != "sdpa":
+            yield
+            return
+        config._attn_implementation = NAME
+        try:
+            yield
+        finally:
+            config._attn_implementation = "sdpa"
+            _last_fold.clear()
