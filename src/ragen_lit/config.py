@@ -90,10 +90,6 @@ class ModelConfig:
     """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
     flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
     through it, and the hf engine loses its fixed-shape decode, so pair it with rollout.engine=vllm) | eager"""
-    masked_attention: str = checked("auto", choices=tuple(MASKED_ATTENTION))
-    """sdpa kernels of the no-grad forwards under a padding mask, the hf engine's prefill and the collapse
-    diagnostics' cross-scoring: auto (PyTorch's choice; cuDNN's on Hopper GPUs, which builds a plan on the host for
-    every new shape) | efficient (the memory-efficient kernel, no per-shape plans; math where it is missing)"""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """low-rank adapters (peft) on the policy and the critic's backbone"""
 
@@ -316,6 +312,11 @@ class DiagnosticsConfig:
     max_tokens_per_forward: int = checked(0, ge=0, auto_or_ge=64)
     """memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory
     in KV copies, at most 262144)"""
+    attention: str = checked("efficient", choices=tuple(MASKED_ATTENTION))
+    """sdpa kernels of the cross-scorer's masked attention: efficient (the memory-efficient kernel; math where it is
+    missing, e.g. on a CPU) | auto (PyTorch's choice: cuDNN's on Hopper GPUs, 2.4x faster on the device but it
+    builds a plan on the host for every new shape, and each diagnostics iteration brings new ones: 3.25 against
+    2.50 s per diagnostics iteration on an H200, docs/PERFORMANCE.md session 15)"""
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))

@@ -46,6 +46,9 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
             "--set",
             "optim.micro_batch_size=2",
             "--profile",
+            "--iterations",
+            "4",
+            "--profile-phases",  # the fifth iteration (4) is a diagnostics one: all three phases profiled
             "--out",
             str(out),
         ],
@@ -97,6 +100,8 @@ def test_smoke_run_prints_the_table_and_writes_consistent_json(tmp_path):
     assert 0 < roofline["mean_batch"] <= 8 and roofline["mean_context"] > 0
     assert (roofline["bandwidth"] is None) == (res["device"].startswith("CPU"))
     assert math.isnan(res["throughput"]["update_mfu"]) == (res["device"].startswith("CPU"))
+    assert set(res["phase_profiles"]) == {"generation", "diagnostics", "update"}
+    assert "diagnostics of iteration 4 (profiled, not in the means)" in done.stdout
 
 
 def test_plain_layers_unbinds_compiled_forwards_and_restores_them():

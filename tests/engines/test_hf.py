@@ -647,43 +647,6 @@ def test_the_config_picks_the_decode_attention_kernel(model):
     assert engine.decode_attention == "efficient"
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "graph"])
-def test_the_efficient_masked_attention_prefills_on_it_and_samples_what_the_default_samples(model, cache, monkeypatch):
-    """`model.masked_attention=efficient`: the prefill's sdpa may not use cuDNN's kernel (plans per shape)."""
-    from ragen_lit.config import load_config
-    from ragen_lit.engines import build_engine
-
-    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
-    want = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=True).generate(PROMPTS, params)
-    cfg = load_config(None, ["model.masked_attention=efficient", f"rollout.hf_cache={cache}"])
-    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    engine.share_prefixes = True
-    cudnn_allowed, in_prefill = [], []
-    sdpa, forward_prompt = torch.nn.functional.scaled_dot_product_attention, HFEngine._forward_prompt
-
-    def recording(*args, **kwargs):
-        if in_prefill:  # decode steps keep PyTorch's choice
-            cudnn_allowed.append(torch.backends.cuda.cudnn_sdp_enabled())
-        return sdpa(*args, **kwargs)
-
-    def prefill(*args, **kwargs):
-        in_prefill.append(True)
-        try:
-            return forward_prompt(*args, **kwargs)
-        finally:
-            in_prefill.pop()
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
-    monkeypatch.setattr(HFEngine, "_forward_prompt", prefill)
-    got = engine.generate(PROMPTS, params)
-    assert cudnn_allowed and not any(cudnn_allowed)
-    assert [g.token_ids for g in got] == [g.token_ids for g in want]
-    for a, b in zip(got, want):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-    with pytest.raises(ValueError, match=r"masked_attention must be one of \('auto', 'efficient'\)"):
-        HFEngine(model, pad_token_id=0, masked_attention="cudnn")
-
-
 def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """What loading `model`'s weights in `dtype` gives: floating parameters cast, buffers as they are."""
     import copy

@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         "--attention",
         nargs="+",
         choices=list(MASKED_ATTENTION),
-        default=["auto"],
-        help="cross_score's attention kernel (diagnostics.attention)",
+        default=["efficient"],
+        help="cross_score's attention kernels (diagnostics.attention)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(

@@ -27,7 +27,8 @@ on those prompts (DynamicCache; with `--hf-static` also its static cache, which 
 with CUDA graphs on a GPU), a plain HF update (policy `model(input_ids, labels=...)` cross-entropy
 instead of the PPO loss, eager layers) on the same mini-batches, and optionally an operator profile.
 `--set key=value ...` changes the config (e.g. `model.compile=true`). `--profile-phases` runs one more iteration
-whose generation and first update mini-batch run under the profiler (`bench.profiling`: kernels by family and the
+whose generation, diagnostics (when that iteration is a diagnostics one: an even count of --iterations) and first
+update mini-batch run under the profiler (`bench.profiling`: kernels by family and the
 device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with the model FLOPs of
@@ -121,7 +122,7 @@ class PipelineProbe(L.Callback):
         self, clock: Clock, module: AgentRLModule, data: RolloutDataModule, profile_iteration: int | None = None
     ):
         self.clock = clock
-        # `profile_iteration`: its generation and first mini-batch's update run under the profiler
+        # `profile_iteration`: its generation, diagnostics (if due) and first mini-batch's update run under the profiler
         self.profile_iteration = profile_iteration
         self.phase_profiles: dict[str, dict] = {}
         self._profiler = None
@@ -150,9 +151,14 @@ class PipelineProbe(L.Callback):
                 self.reasoning_tokens = [
                     len(module.chat.encode(turn.reasoning)) for t in trajectories for turn in t.turns
                 ]
+            profiler = None
+            if epoch() == self.profile_iteration and module.collapse.due(iteration):
+                profiler = start_profiler(clock.device)
             with clock.phase("diagnostics", epoch()):
                 values = diagnostics(trajectories, iteration)
-            if values:  # the diagnostics iteration: where its time went, scope by scope
+            if profiler is not None:
+                self.phase_profiles["diagnostics"] = stop_profiler(profiler, clock.seconds[epoch()]["diagnostics"])
+            if values and profiler is None:  # a measured diagnostics iteration: where its time went, scope by scope
                 self.scope_seconds = {k.removeprefix("time/"): v for k, v in values.items() if k.startswith("time/")}
             return values
 
@@ -495,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-phases",
         action="store_true",
-        help="run one more iteration with its generation and update under the profiler (left out of the means)",
+        help="run one more iteration with its generation, diagnostics (if due) and update under the profiler (left out "
+        "of the means)",
     )
     parser.add_argument(
         "--pipeline-only",

@@ -38,7 +38,7 @@ from transformers import Cache, DynamicCache, StaticCache
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
-from ragen_lit.models.gqa_attention import MASKED_ATTENTION, folded_gqa
+from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.shapes import round_up
 
 # `pad_widths`: prefill forwards are left-padded to a multiple of this many positions
@@ -233,8 +233,6 @@ class HFEngine:
             softmax ("matmul"; both in `models.decode_attention`). Same attention, other kernels.
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
             (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
-        masked_attention: the sdpa kernels of the prefill's masked attention, a
-            `models.gqa_attention.MASKED_ATTENTION` key ("auto": PyTorch's choice; "efficient": no cuDNN plans).
     """
 
     def __init__(
@@ -251,7 +249,6 @@ class HFEngine:
         pad_widths: bool | None = None,
         decode_attention: str = "auto",
         compile_decode: bool = False,
-        masked_attention: str = "auto",
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -261,8 +258,6 @@ class HFEngine:
             raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
         if decode_attention not in DECODE_ATTENTION:
             raise ValueError(f"decode_attention must be one of {tuple(DECODE_ATTENTION)}, got {decode_attention!r}")
-        if masked_attention not in MASKED_ATTENTION:
-            raise ValueError(f"masked_attention must be one of {tuple(MASKED_ATTENTION)}, got {masked_attention!r}")
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
         self.dtype = dtype
@@ -281,7 +276,6 @@ class HFEngine:
         self.pad_widths = pad_widths
         self.decode_attention = decode_attention
         self.compile_decode = compile_decode
-        self.masked_attention = masked_attention
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -436,8 +430,7 @@ class HFEngine:
         """One prefill forward of `input_ids: [B, W]` into `cache` (`attention_mask` covers the cached positions
         too); returns the logits of the last position `[B, V]`."""
         cached = cache.get_seq_length()
-        # grouped-query heads under the padding mask without key/value copies
-        with folded_gqa(self.model, self.masked_attention):
+        with folded_gqa(self.model):  # grouped-query heads under the padding mask without key/value copies
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,

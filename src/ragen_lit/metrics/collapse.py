@@ -130,7 +130,7 @@ class CollapseDiagnostics(nn.Module):
         """The collapse metrics of this iteration's rollouts ({} when not due). A collective under several
         ranks: every rank calls it with its own `trajectories`; all get the values of all ranks' rollouts.
         `compile_head`: the scorer's vocabulary head through `torch.compile` (`model.compile`); `attention`: its
-        masked attention's kernels (`model.masked_attention`)."""
+        masked attention's kernels (`diagnostics.attention`)."""
         if not self.due(iteration):
             return {}
         gathered, offset = dist_utils.gather_lists([Candidate.of(t) for t in trajectories])

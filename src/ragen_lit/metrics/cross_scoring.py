@@ -75,7 +75,7 @@ def cross_score(
             masked, same scores), so that a run's calls repeat their shapes and kernels that plan per shape
             (cuDNN attention) reuse their plans. None: on a GPU only.
         attention: the sdpa kernels of the masked attention, a `models.gqa_attention.MASKED_ATTENTION` key
-            (`model.masked_attention`).
+            (`diagnostics.attention`).
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.

@@ -352,7 +352,7 @@ class AgentRLModule(L.LightningModule):
             iteration,
             self.cfg.rollout.temperature,
             compile_head=self.cfg.model.compile,
-            attention=self.cfg.model.masked_attention,
+            attention=self.cfg.diagnostics.attention,
         )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
