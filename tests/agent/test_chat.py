@@ -27,6 +27,26 @@ def test_pieces_reassemble_the_template_render(tokenizer):
     assert pieces == rendered + "<think>"
 
 
+def test_a_batch_of_messages_encodes_as_each_one_does(tokenizer):
+    """A rollout turn encodes all its messages in one tokenizer call: the same ids as one call per message."""
+    chat = ChatFormat(tokenizer)
+    users = ["hello world", "", "user  assistant <think> hello", "x" * 50]
+    expected = [chat.encode(chat._user_before + u + chat._user_after + "<think>") for u in users]
+    assert chat.next_turns_ids(users) == expected
+    assert [chat.next_turn_ids(u) for u in users] == expected
+    pairs = [("S", "U1"), ("system hello", "")]
+    rendered = [
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": a}, {"role": "user", "content": b}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for a, b in pairs
+    ]
+    assert chat.first_prompts_ids(pairs) == [chat.encode(text + "<think>") for text in rendered]
+    assert chat.encode_many([]) == []
+
+
 def test_close_ids_skip_what_the_model_already_sampled(tokenizer):
     chat = ChatFormat(tokenizer)
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")

@@ -62,14 +62,34 @@ class ChatFormat:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each text, in one call (a fast tokenizer encodes the batch in parallel threads: a rollout
+        turn's messages cost the device less idle time between two generations)."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
     def first_prompt_ids(self, system: str, user: str) -> list[int]:
         """System + first user message + generation prompt + `<think>`."""
-        text = self._render([{"role": "system", "content": system}, {"role": "user", "content": user}], True)
-        return self.encode(text + THINK_OPEN)
+        return self.first_prompts_ids([(system, user)])[0]
+
+    def first_prompts_ids(self, messages: Sequence[tuple[str, str]]) -> list[list[int]]:
+        """`first_prompt_ids` of each (system, user) pair, encoded in one call."""
+        return self.encode_many(
+            [
+                self._render([{"role": "system", "content": system}, {"role": "user", "content": user}], True)
+                + THINK_OPEN
+                for system, user in messages
+            ]
+        )
 
     def next_turn_ids(self, user: str) -> list[int]:
         """A later user message + generation prompt + `<think>` (appended after an assistant close)."""
-        return self.encode(self._user_before + user + self._user_after + THINK_OPEN)
+        return self.next_turns_ids([user])[0]
+
+    def next_turns_ids(self, users: Sequence[str]) -> list[list[int]]:
+        """`next_turn_ids` of each user message, encoded in one call."""
+        return self.encode_many([self._user_before + user + self._user_after + THINK_OPEN for user in users])
 
     def close_ids(self, sampled: Sequence[int]) -> list[int]:
         """Ids that close an assistant turn after `sampled`: the template's closing text, minus the part

@@ -106,16 +106,19 @@ def rollout(
     )
     trajectories: list[Trajectory] = []
     observations: list[str] = []
+    first_messages: list[tuple[str, str]] = []
     for env, seed, group in zip(envs, seeds, groups):
         obs, _ = env.reset(seed=int(seed))
         budget = min(
             limits.max_actions_per_episode, getattr(env, "max_actions_per_episode", limits.max_actions_per_episode)
         )
-        traj = Trajectory(group=int(group), seed=int(seed))
-        system = system_prompt(env.instruction, env.actions, limits.max_actions_per_turn)
-        traj.append(chat.first_prompt_ids(system, user_message(1, obs, budget)), sampled=False)
-        trajectories.append(traj)
+        trajectories.append(Trajectory(group=int(group), seed=int(seed)))
+        first_messages.append(
+            (system_prompt(env.instruction, env.actions, limits.max_actions_per_turn), user_message(1, obs, budget))
+        )
         observations.append(obs)
+    for traj, ids in zip(trajectories, chat.first_prompts_ids(first_messages)):
+        traj.append(ids, sampled=False)
     actions_left = [
         min(limits.max_actions_per_episode, getattr(e, "max_actions_per_episode", limits.max_actions_per_episode))
         for e in envs
@@ -131,14 +134,13 @@ def rollout(
         with record_function("ragen/rollout.turn"):
             # the state each turn's prompt showed, before its actions run
             state_keys = [envs[i].state_key() for i in active]
-            parsed_all = [
-                parse_response(tokenizer.decode(gen.token_ids, skip_special_tokens=False), limits.max_actions_per_turn)
-                for gen in generations
-            ]
+            texts = tokenizer.batch_decode([gen.token_ids for gen in generations], skip_special_tokens=False)
+            parsed_all = [parse_response(text, limits.max_actions_per_turn) for text in texts]
             acted_all = _act_all(
                 [envs[i] for i in active], [p.actions for p in parsed_all], [max(actions_left[i], 0) for i in active]
             )
-            still_active = []
+            continuing: list[int] = []  # episodes that get a next turn; their messages are encoded in one call
+            messages: list[str] = []
             for i, gen, parsed, acted, state_key in zip(active, generations, parsed_all, acted_all, state_keys):
                 traj = trajectories[i]
                 prompt_end = len(traj.token_ids)
@@ -161,7 +163,8 @@ def rollout(
                 traj.append(chat.close_ids(gen.token_ids), sampled=False)
                 if done or actions_left[i] <= 0 or turn == limits.max_turns:
                     continue
-                next_ids = chat.next_turn_ids(
+                continuing.append(i)
+                messages.append(
                     user_message(
                         turn + 1,
                         observations[i],
@@ -170,6 +173,9 @@ def rollout(
                         previous_invalid=not valid,
                     )
                 )
+            still_active = []
+            for i, next_ids in zip(continuing, chat.next_turns_ids(messages)):
+                traj = trajectories[i]
                 if len(traj.token_ids) + len(next_ids) + limits.max_new_tokens > limits.max_context_tokens:
                     traj.truncated_context = True
                     continue
