@@ -401,6 +401,41 @@ def test_sample_next_tokens_draws_from_the_truncated_renormalised_distribution()
     assert frequencies.tolist() == pytest.approx([0.0, 2 / 3, 0.0, 1 / 3], abs=0.02)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_the_gumbel_max_draw_samples_the_softmax_and_reports_its_log_prob(temperature):
+    """`full_vocabulary="gumbel"` (the default on CUDA): the same distribution as the inverse-CDF draw."""
+    logits = torch.tensor([0.15, 0.5, 0.1, 0.25]).log().repeat(40000, 1)
+    probs = torch.softmax(logits[0] / temperature, -1)
+    token_ids, logprobs = sample_next_tokens(
+        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="gumbel"
+    )
+    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
+    assert frequencies.tolist() == pytest.approx(probs.tolist(), abs=0.01)
+    torch.testing.assert_close(logprobs, torch.log_softmax(logits / temperature, -1)[0][token_ids])
+    again, _ = sample_next_tokens(
+        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="gumbel"
+    )
+    assert torch.equal(again, token_ids)  # a seeded generator gives the same draws
+    inverse, _ = sample_next_tokens(
+        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="inverse_cdf"
+    )
+    assert not torch.equal(inverse, token_ids)  # the other method: other draws of the same distribution
+    assert torch.equal(sample_next_tokens(logits, temperature, 0, 1.0, torch.Generator().manual_seed(0))[0], inverse)
+    with pytest.raises(ValueError, match="full_vocabulary must be None, 'inverse_cdf' or 'gumbel'"):
+        sample_next_tokens(logits, temperature, 0, 1.0, None, full_vocabulary="multinomial")
+
+
+def test_the_compiled_gumbel_max_draw_equals_the_eager_one():
+    """What CUDA runs: `gumbel_max` through torch.compile, checked here on a CPU."""
+    from ragen_lit.engines.hf import _compiled_gumbel_max, gumbel_max
+
+    logits, uniform = torch.randn(6, 50), torch.rand(6, 50, generator=torch.Generator().manual_seed(1))
+    want = gumbel_max(logits, uniform, 0.7)
+    got = _compiled_gumbel_max()(logits, uniform, 0.7)
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+
+
 def test_sample_next_tokens_temperature_scales_logprobs_and_zero_is_argmax():
     logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
     token_ids, logprobs = sample_next_tokens(logits, 0.0, 0, 1.0, None)

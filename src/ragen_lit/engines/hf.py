@@ -27,6 +27,7 @@ overwrites in place (captured decode graphs stay valid).
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ def sample_next_tokens(
     top_k: int,
     top_p: float,
     generator: torch.Generator | None,
+    full_vocabulary: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row and return its log-prob under the temperature-scaled distribution.
 
@@ -90,8 +92,22 @@ def sample_next_tokens(
     a token is drawn from the renormalised candidates. The returned log-prob is
     log_softmax(logits / T) over the full vocabulary, before truncation.
 
+    `full_vocabulary`: how a draw over the whole vocabulary (no top-k, top-p 1) is made, "inverse_cdf"
+    (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32) or "gumbel" (`gumbel_max`:
+    V uniforms per row, one fused pass on a GPU); None: gumbel on CUDA, inverse_cdf elsewhere. The same
+    distribution, other draws.
+
     Returns `token_ids: [B] long`, `logprobs: [B] float32`.
     """
+    if full_vocabulary not in (None, "inverse_cdf", "gumbel"):
+        raise ValueError(f"full_vocabulary must be None, 'inverse_cdf' or 'gumbel', got {full_vocabulary!r}")
+    vocab_size = logits.shape[-1]
+    if temperature != 0 and not 0 < top_k < vocab_size and top_p >= 1:
+        method = full_vocabulary or ("gumbel" if logits.is_cuda else "inverse_cdf")
+        if method == "gumbel":
+            uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
+            draw = _compiled_gumbel_max() if logits.is_cuda else gumbel_max
+            return draw(logits, uniform, float(temperature))
     logits = logits.float()
     if temperature == 0:
         logprobs = torch.log_softmax(logits, dim=-1)
@@ -99,7 +115,6 @@ def sample_next_tokens(
         return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
     # x / 1.0 == x exactly: skip a pass over [B, V] at the default temperature
     logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, dim=-1)
-    vocab_size = logprobs.shape[-1]
     candidate_logprobs, candidate_ids = logprobs, None
     if 0 < top_k < vocab_size:
         candidate_logprobs, candidate_ids = logprobs.topk(top_k, dim=-1)
@@ -118,6 +133,23 @@ def sample_next_tokens(
     choice = _inverse_cdf_sample(candidate_logprobs.exp(), generator)
     token_ids = choice if candidate_ids is None else candidate_ids.gather(-1, choice[:, None])[:, 0]
     return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
+
+
+def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A draw from softmax(logits / T) per row by the Gumbel-max trick: argmax(logits / T - log(-log u)) with
+    `uniform: [B, V]` i.i.d. in [0, 1); and its log-prob log_softmax(logits / T) at the drawn token (one
+    log-sum-exp). Element-wise work and two row reductions, which `torch.compile` fuses into a pass or two.
+    Returns `token_ids: [B] long`, `logprobs: [B] float32`."""
+    scaled = logits.float() / temperature
+    token_ids = (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
+    chosen = scaled.gather(-1, token_ids[:, None])[:, 0]
+    return token_ids, chosen - torch.logsumexp(scaled, dim=-1)
+
+
+@functools.cache
+def _compiled_gumbel_max():
+    """`gumbel_max` through `torch.compile` (made on first use; a second row count makes the rows dynamic)."""
+    return torch.compile(gumbel_max)
 
 
 def _inverse_cdf_sample(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
