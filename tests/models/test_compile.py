@@ -71,8 +71,9 @@ def test_calls_with_a_kv_cache_run_the_eager_layers_with_compiled_norms_and_mlp(
     calls = []
 
     def fake_compile(forward, **options):
-        def compiled(module, *args, **kwargs):
-            calls.append((type(module).__name__, kwargs.get("cache")))
+        def compiled(module, *args, **kwargs):  # a compiled function's first argument is no module
+            name = forward.__name__ if forward.__name__ == "apply_rotary_pos_emb" else type(module).__name__
+            calls.append((name, kwargs.get("cache")))
             return forward(module, *args, **kwargs)
 
         return compiled
@@ -87,9 +88,29 @@ def test_calls_with_a_kv_cache_run_the_eager_layers_with_compiled_norms_and_mlp(
         assert [name for name, _ in calls if name == "Qwen2DecoderLayer"] == ["Qwen2DecoderLayer"] * 3
         calls.clear()
         model(ids, cache=transformers.DynamicCache(config=model.config), use_cache=True)
-    # with a cache: each layer eager, its norms (before attention and before the MLP) and MLP compiled; the
-    # model's final norm is no layer's part
-    assert [name for name, _ in calls] == ["Qwen2RMSNorm", "Qwen2RMSNorm", "Qwen2MLP"] * 3
+    # with a cache: each layer eager, its norms (before attention and before the MLP), its attention's rotary
+    # embedding and its MLP compiled; the model's final norm is no layer's part
+    assert [name for name, _ in calls] == ["Qwen2RMSNorm", "apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"] * 3
+
+
+def test_a_cache_call_rotates_with_the_compiled_rotary_embedding_for_its_attention_only():
+    from transformers.models.qwen2 import modeling_qwen2
+
+    original = modeling_qwen2.apply_rotary_pos_emb
+    eager = tiny_qwen2()
+    model = copy.deepcopy(eager)
+    compile_layers(model)
+    during = []
+    model.model.layers[0].self_attn.q_proj.register_forward_hook(
+        lambda *_: during.append(modeling_qwen2.apply_rotary_pos_emb is original)
+    )
+    ids = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    with torch.no_grad():
+        want = eager(ids, past_key_values=transformers.DynamicCache(config=eager.config), use_cache=True).logits
+        got = model(ids, past_key_values=transformers.DynamicCache(config=model.config), use_cache=True).logits
+    assert during == [False]  # switched inside the compiled model's attention call
+    assert modeling_qwen2.apply_rotary_pos_emb is original  # and back after it
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_norms_and_mlp_are_traced_as_written_inside_a_compiled_layer():

@@ -10,6 +10,7 @@ import importlib.metadata
 import inspect
 import logging
 import re
+import sys
 import types
 
 import torch
@@ -166,7 +167,8 @@ def compile_layers(model: nn.Module) -> None:
     training calls eager too) runs the eager forward, but the block's cache-free parts inside it, its
     normalisations and its MLP (`_cache_free_parts`), run compiled too: a decode step of a 0.5B model at
     batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md, session 12), 8 of them per
-    RMSNorm, which fuse into one. The dispatchers are bound to each module, so module hooks (FSDP's all-gather
+    RMSNorm, which fuse into one; so does its attention's rotary embedding (`_with_compiled_rotary`). The
+    dispatchers are bound to each module, so module hooks (FSDP's all-gather
     and reshard) still run eagerly around them, and a deep copy of the model binds the copy's own modules.
     """
     units = layer_units(model)
@@ -185,12 +187,49 @@ def compile_layers(model: nn.Module) -> None:
             if kind not in dispatchers:
                 dispatchers[kind] = _compiled_outside_compilation(kind.forward)
             part.forward = types.MethodType(dispatchers[kind], part)
+        for attention in _rotary_attentions(unit):
+            kind = type(attention)
+            if kind not in dispatchers:
+                dispatchers[kind] = _with_compiled_rotary(kind.forward, sys.modules[kind.__module__])
+            attention.forward = types.MethodType(dispatchers[kind], attention)
 
 
 def _cache_free_parts(unit: nn.Module) -> list[nn.Module]:
     """The modules inside a block that never touch a KV cache and take one tensor: its normalisations
     (`…Norm`, e.g. `Qwen2RMSNorm`, Qwen3's per-head q/k norms) and its feed-forward (`…MLP`)."""
     return [m for m in unit.modules() if m is not unit and type(m).__name__.endswith(("Norm", "MLP"))]
+
+
+def _rotary_attentions(unit: nn.Module) -> list[nn.Module]:
+    """The attention modules inside a block whose model code rotates queries and keys with a module-level
+    `apply_rotary_pos_emb` (transformers' Llama, Qwen2, Qwen3, Mistral, … classes)."""
+    return [
+        m
+        for m in unit.modules()
+        if type(m).__name__.endswith("Attention")
+        and callable(getattr(sys.modules.get(type(m).__module__), "apply_rotary_pos_emb", None))
+    ]
+
+
+def _with_compiled_rotary(forward, namespace):
+    """`forward` of an attention module, with its model code's `apply_rotary_pos_emb` compiled (dynamic shapes)
+    for the call where the attention runs eagerly (the cache calls: decode steps, prefills, cross-scoring): the
+    rotary embedding's ~10 element-wise kernels per layer (multiplications, negation, concatenation, sums) fuse
+    into one or two. The module's global is switched for the call only, so other models keep theirs; inside an
+    enclosing compilation `forward` runs as written."""
+    original = namespace.apply_rotary_pos_emb
+    compiled = torch.compile(original, dynamic=True)
+
+    def dispatch(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return forward(self, *args, **kwargs)
+        namespace.apply_rotary_pos_emb = compiled
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            namespace.apply_rotary_pos_emb = original
+
+    return dispatch
 
 
 def _compiled_outside_compilation(forward):
