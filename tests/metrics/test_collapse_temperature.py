@@ -27,16 +27,14 @@ def _diagnostics(monkeypatch, seen, sleep=()):
     trajectories = [SimpleNamespace(turns=[turn], token_ids=[g + 1, 7, 9], group=g) for g in range(3)]
     chat = SimpleNamespace(encode=lambda text: [5, 6], tokenizer=SimpleNamespace(pad_token_id=0))
     policy = torch.nn.Linear(1, 1)
-    cfg = DiagnosticsConfig(every_n_iterations=1, num_samples=3, max_tokens_per_forward=64)
-    return CollapseDiagnostics(cfg).maybe_compute(
-        policy, chat, trajectories, iteration=1, temperature=0.7, attention="efficient"
-    )
+    cfg = DiagnosticsConfig(every_n_iterations=1, num_samples=3, max_tokens_per_forward=64, attention="auto")
+    return CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)
 
 
 def test_maybe_compute_passes_the_rollout_temperature_and_the_attention_kernels_to_the_cross_scorer(monkeypatch):
     seen = []
     _diagnostics(monkeypatch, seen)
-    assert seen == [(0.7, "efficient"), (0.7, "efficient")]  # first-turn and trajectory scopes
+    assert seen == [(0.7, "auto"), (0.7, "auto")]  # first-turn and trajectory scopes; diagnostics.attention
 
 
 def test_each_scope_logs_the_seconds_it_took(monkeypatch):

@@ -118,19 +118,11 @@ class CollapseDiagnostics(nn.Module):
 
     @torch.no_grad()
     def maybe_compute(
-        self,
-        policy,
-        chat,
-        trajectories,
-        iteration: int,
-        temperature: float = 1.0,
-        compile_head: bool = False,
-        attention: str = "auto",
+        self, policy, chat, trajectories, iteration: int, temperature: float = 1.0, compile_head: bool = False
     ) -> dict[str, float]:
         """The collapse metrics of this iteration's rollouts ({} when not due). A collective under several
         ranks: every rank calls it with its own `trajectories`; all get the values of all ranks' rollouts.
-        `compile_head`: the scorer's vocabulary head through `torch.compile` (`model.compile`); `attention`: its
-        masked attention's kernels (`diagnostics.attention`)."""
+        `compile_head`: the scorer's vocabulary head through `torch.compile` (`model.compile`)."""
         if not self.due(iteration):
             return {}
         gathered, offset = dist_utils.gather_lists([Candidate.of(t) for t in trajectories])
@@ -157,7 +149,7 @@ class CollapseDiagnostics(nn.Module):
             for name, metric, pairs in scopes:
                 started = time.perf_counter()
                 # ends on the host (.cpu())
-                scored = self._score(policy, chat, metric, pairs, local, temperature, compile_head, attention)
+                scored = self._score(policy, chat, metric, pairs, local, temperature, compile_head)
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
                 out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in scored.items()})
                 # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
@@ -167,7 +159,7 @@ class CollapseDiagnostics(nn.Module):
         return out
 
     def _score(
-        self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float, compile_head: bool, attention: str
+        self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float, compile_head: bool
     ) -> dict[str, float]:
         """Score this rank's share of the drawn `pairs` (those whose trajectory is in `local`) against every
         pair's column: one column per distinct key (group for first turn, draw index for trajectory scope),
@@ -199,7 +191,7 @@ class CollapseDiagnostics(nn.Module):
                 pad_token_id=chat.tokenizer.pad_token_id,
                 temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
                 compile_head=compile_head,
-                attention=attention,
+                attention=self.cfg.attention,  # the masked attention's kernels (`diagnostics.attention`)
             )
             target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))

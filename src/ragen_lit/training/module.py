@@ -352,7 +352,6 @@ class AgentRLModule(L.LightningModule):
             iteration,
             self.cfg.rollout.temperature,
             compile_head=self.cfg.model.compile,
-            attention=self.cfg.diagnostics.attention,
         )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
