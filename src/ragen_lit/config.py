@@ -316,7 +316,8 @@ class DiagnosticsConfig:
     """sdpa kernels of the cross-scorer's masked attention: efficient (the memory-efficient kernel; math where it is
     missing, e.g. on a CPU) | auto (PyTorch's choice: cuDNN's on Hopper GPUs, 2.4x faster on the device but it
     builds a plan on the host for every new shape, and each diagnostics iteration brings new ones: 3.25 against
-    2.50 s per diagnostics iteration on an H200, docs/PERFORMANCE.md session 15)"""
+    2.50 s per diagnostics iteration on an H200; with model.compile's fused rotary embedding the scorer alone took
+    2.46 against 2.36 s, docs/PERFORMANCE.md session 15)"""
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))
