@@ -63,8 +63,9 @@ class ChatFormat:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        """`encode` of each text, in one call (a fast tokenizer encodes the batch in parallel threads: a rollout
-        turn's messages cost the device less idle time between two generations)."""
+        """`encode` of each text, in one tokenizer call instead of one per text: a rollout turn's messages cost the
+        host less time while the device waits between two generations. (A fast tokenizer may also encode the batch
+        in parallel threads, unless TOKENIZERS_PARALLELISM=false, which `python -m ragen_lit` sets by default.)"""
         if not texts:
             return []
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
