@@ -5,6 +5,7 @@ replayed from CUDA graphs are recorded one by one like eager ones."""
 
 from __future__ import annotations
 
+import bisect
 import re
 import time
 from collections import defaultdict
@@ -20,27 +21,25 @@ KERNEL_FAMILIES = (  # first match wins; names of cuBLAS/CUTLASS/cuDNN/triton ke
     ("reduction/index", re.compile(r"reduce|index|scatter|gather|embedding|sort|cumsum|nonzero", re.IGNORECASE)),
     ("copy", re.compile(r"copy|memcpy|memset|cat", re.IGNORECASE)),
 )
-# Upper bounds (microseconds) of the idle-gap classes: the tails between the kernels of a graph or a fused
+# Idle-gap classes by their upper bound in microseconds: the tails between the kernels of a graph or a fused
 # sequence, short host delays between launches, longer ones, and stalls where the host did other work
-GAP_CLASSES_US = (5.0, 50.0, 1000.0)
+GAP_CLASSES = {"<5us": 5.0, "5-50us": 50.0, "50us-1ms": 1000.0, ">=1ms": float("inf")}
+# gaps at least this long (microseconds) are attributed to the host region open during them
+REGION_GAP_US = 50.0
 # host regions that name what the host did while the device idled: `torch.profiler.record_function` names
 REGION_PREFIX = "ragen/"
 
 
-def idle_gaps(
-    kernels: list[tuple[float, float, str]], regions: list[tuple[float, float, str]], top: int, min_gap_us: float = 50.0
-) -> dict:
+def idle_gaps(kernels: list[tuple[float, float, str]], regions: list[tuple[float, float, str]], top: int) -> dict:
     """Where the device idled between its kernels.
 
     `kernels`: (start, end, name) of every device kernel (microseconds, any order; overlapping kernels count
     once). `regions`: (start, end, name) of the host's annotated regions on the same clock. Returns the idle
-    seconds by gap size (`GAP_CLASSES_US` bounds: "<5us", "5-50us", "50us-1ms", ">=1ms") with their counts, the
-    idle seconds of the gaps of at least `min_gap_us` by the innermost region open at the gap's middle (the
-    one that started last; "(none)" outside every region), and the `top` longest gaps with the kernels either
-    side.
+    seconds by gap size (`GAP_CLASSES`) with their counts, the idle seconds of the gaps of at least `REGION_GAP_US`
+    by the innermost region open at the gap's middle (the one that started last; "(none)" outside every region),
+    and the `top` longest of those gaps with the kernels either side.
     """
-    bounds = [0.0, *GAP_CLASSES_US, float("inf")]
-    labels = ["<5us", "5-50us", "50us-1ms", ">=1ms"]
+    labels, bounds = list(GAP_CLASSES), list(GAP_CLASSES.values())
     by_size = {label: [0.0, 0] for label in labels}
     by_region: dict[str, float] = defaultdict(float)
     gaps: list[tuple[float, str, str]] = []
@@ -49,10 +48,10 @@ def idle_gaps(
         gap = start - reach
         if gap <= 0:
             continue
-        label = labels[next(i for i in range(len(labels)) if bounds[i] <= gap < bounds[i + 1])]
+        label = labels[bisect.bisect_right(bounds, gap)]
         by_size[label][0] += gap / 1e6
         by_size[label][1] += 1
-        if gap >= min_gap_us:
+        if gap >= REGION_GAP_US:
             middle = reach + gap / 2
             open_regions = [r for r in regions if r[0] <= middle <= r[1]]
             region = max(open_regions)[2] if open_regions else "(none)"
@@ -164,7 +163,7 @@ def format_breakdown(label: str, profile: dict) -> list[str]:
     idle_lines = [
         "  device idle by gap size: "
         + ", ".join(f"{label} {seconds * 1e3:.1f} ms ({count})" for label, (seconds, count) in idle["by_size"].items()),
-        "  idle in gaps >= 50us, by the host region open then:",
+        f"  idle in gaps >= {REGION_GAP_US:.0f}us, by the host region open then:",
         *[f"  {seconds * 1e3:8.1f} ms  {region}" for region, seconds in idle["by_region_s"].items()],
         "  longest gaps (the kernel before -> the kernel after):",
         *[f"  {seconds * 1e3:8.2f} ms  {before} -> {after}" for seconds, before, after in idle["longest"]],

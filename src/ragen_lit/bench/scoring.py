@@ -34,6 +34,7 @@ from ragen_lit.bench.engine import random_model
 from ragen_lit.bench.machine import utc_now
 from ragen_lit.bench.profiling import format_breakdown, profile_region
 from ragen_lit.bench.random_model import QWEN_SHAPES
+from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import compile_layers
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         "--attention",
         nargs="+",
         choices=list(MASKED_ATTENTION),
-        default=["efficient"],
-        help="cross_score's attention kernels (diagnostics.attention)",
+        default=[DiagnosticsConfig.attention],
+        help="cross_score's attention kernels (diagnostics.attention; default: its default)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(

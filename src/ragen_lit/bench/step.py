@@ -146,13 +146,14 @@ class PipelineProbe(L.Callback):
             return self.trajectories
 
         def timed_diagnostics(trajectories, iteration):
-            if module.collapse.due(iteration):
+            due = module.collapse.due(iteration)
+            if due:
                 add_synthetic_reasoning(trajectories, module.tokenizer)
                 self.reasoning_tokens = [
                     len(module.chat.encode(turn.reasoning)) for t in trajectories for turn in t.turns
                 ]
             profiler = None
-            if epoch() == self.profile_iteration and module.collapse.due(iteration):
+            if epoch() == self.profile_iteration and due:
                 profiler = start_profiler(clock.device)
             with clock.phase("diagnostics", epoch()):
                 values = diagnostics(trajectories, iteration)

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
-from ragen_lit.models.gqa_attention import MASKED_ATTENTION, folded_gqa
+from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 from ragen_lit.shapes import round_up
 
@@ -84,8 +84,6 @@ def cross_score(
         raise ValueError("prompts must hold at least one prompt, got none")
     if max_tokens_per_forward < 1:
         raise ValueError(f"max_tokens_per_forward must be >= 1, got {max_tokens_per_forward}")
-    if attention not in MASKED_ATTENTION:
-        raise ValueError(f"attention must be one of {tuple(MASKED_ATTENTION)}, got {attention!r}")
     for j, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompts[{j}] is empty; every prompt needs at least one token to condition on")

@@ -119,7 +119,7 @@ def folded_gqa(model: torch.nn.Module, kernel: str = "auto") -> Iterator[None]:
     sdpa kernels `MASKED_ATTENTION[kernel]` allows. A model with another attention implementation is left as it
     is."""
     if kernel not in MASKED_ATTENTION:
-        raise ValueError(f"the masked-attention kernel must be one of {tuple(MASKED_ATTENTION)}, got {kernel!r}")
+        raise ValueError(f"attention must be one of {tuple(MASKED_ATTENTION)}, got {kernel!r}")
     backends = MASKED_ATTENTION[kernel]
     with sdpa_kernel(backends) if backends else contextlib.nullcontext():
         config = model.config
