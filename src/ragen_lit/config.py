@@ -31,7 +31,7 @@ from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
 from ragen_lit.models import ATTENTION_IMPLEMENTATIONS, DTYPES
-from ragen_lit.models.gqa_attention import MASKED_ATTENTION
+from ragen_lit.models.prefix_attention import SCORER_ATTENTION
 from ragen_lit.typed_fields import check_fields, checked, field_docs
 
 log = logging.getLogger(__name__)
@@ -312,12 +312,13 @@ class DiagnosticsConfig:
     max_tokens_per_forward: int = checked(0, ge=0, auto_or_ge=64)
     """memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory
     in KV copies, at most 262144)"""
-    attention: str = checked("efficient", choices=tuple(MASKED_ATTENTION))
-    """sdpa kernels of the cross-scorer's masked attention: efficient (the memory-efficient kernel; math where it is
-    missing, e.g. on a CPU) | auto (PyTorch's choice: cuDNN's on Hopper GPUs, 2.4x faster on the device but it
-    builds a plan on the host for every new shape, and each diagnostics iteration brings new ones: 3.25 against
-    2.50 s per diagnostics iteration on an H200; with model.compile's fused rotary embedding the scorer alone took
-    2.46 against 2.36 s, docs/PERFORMANCE.md session 15)"""
+    attention: str = checked("varlen", choices=SCORER_ATTENTION)
+    """the cross-scorer's attention: varlen (rows packed end to end, no padding, each over its own tokens and its
+    prompt's prefix read once, merged by log-sum-exp: FlashAttention's variable-length kernel on a GPU in bf16/fp16;
+    models whose attention cannot run packed, e.g. sliding windows, use efficient) | efficient (every row gets a copy
+    of its prompt's cached prefix and runs sdpa's memory-efficient kernel under a mask; math where it is missing, e.g.
+    on a CPU) | auto (the same with PyTorch's kernel choice: cuDNN's on Hopper GPUs, which builds a plan on the host for
+    every new shape; docs/PERFORMANCE.md sessions 15 and 16)"""
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))

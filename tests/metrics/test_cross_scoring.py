@@ -93,11 +93,12 @@ MIXED_REASONINGS = [*REASONINGS, REASONINGS[2], *token_lists([13, 6], seed=4), R
 SIMILAR_PROMPTS = token_lists([13, 12, 10, 12], seed=5)  # prefixes of 12, 11, 9 and 11 tokens
 
 
+@pytest.mark.parametrize("attention", ["varlen", "auto"])
 @pytest.mark.parametrize("kind, max_tokens_per_forward", [("qwen2", 8192), ("qwen2", 40), ("llama", 1), ("llama", 25)])
-def test_matches_naive_per_pair(kind, max_tokens_per_forward):
+def test_matches_naive_per_pair(kind, max_tokens_per_forward, attention):
     model = tiny_model(kind)
     l_tok, l_sum = cross_score(
-        model, PROMPTS, REASONINGS, max_tokens_per_forward=max_tokens_per_forward, pad_token_id=7
+        model, PROMPTS, REASONINGS, max_tokens_per_forward=max_tokens_per_forward, pad_token_id=7, attention=attention
     )
     assert l_tok.shape == l_sum.shape == (5, 4) and l_sum.dtype == torch.float32
     want = torch.tensor([[naive_sequence_logprob(model, x, z) for x in PROMPTS] for z in REASONINGS])
@@ -106,10 +107,11 @@ def test_matches_naive_per_pair(kind, max_tokens_per_forward):
     torch.testing.assert_close(l_tok, want / lengths[:, None], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("attention", ["varlen", "auto"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama", "llama-eager"])
 @pytest.mark.parametrize("prompts", [MIXED_PROMPTS, SIMILAR_PROMPTS], ids=["mixed", "similar"])
 @pytest.mark.parametrize("max_tokens_per_forward", [8192, 30, 1])
-def test_duplicates_and_mixed_lengths_match_naive(kind, prompts, max_tokens_per_forward):
+def test_duplicates_and_mixed_lengths_match_naive(kind, prompts, max_tokens_per_forward, attention):
     assert_matches_naive(
         tiny_model(kind),
         prompts,
@@ -117,6 +119,7 @@ def test_duplicates_and_mixed_lengths_match_naive(kind, prompts, max_tokens_per_
         max_tokens_per_forward=max_tokens_per_forward,
         pad_token_id=3,
         max_tokens_per_chunk=5,
+        attention=attention,
     )
 
 
@@ -124,7 +127,7 @@ def test_each_distinct_prompt_is_encoded_once_and_reasonings_continue_its_cache(
     model = tiny_model("qwen3")
     forwards = []
     record_forward(model, forwards)
-    cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS)
+    cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS, attention="auto")
     # 5 distinct prompts (16, 12, 9, 5 and 1 tokens; their prefixes too different to share a forward) and
     # 7 distinct reasonings (longest 13): per prompt, its prefix (all but the last token) once, then its
     # 7 rows [last prompt token | reasoning] over that cache; the one-token prompt has no prefix
@@ -146,7 +149,7 @@ def test_prompts_of_similar_length_share_one_prefix_forward_and_batch():
     prompts = [*SIMILAR_PROMPTS, SIMILAR_PROMPTS[1]]
     forwards = []
     record_forward(model, forwards)
-    _, l_sum = cross_score(model, prompts, MIXED_REASONINGS)
+    _, l_sum = cross_score(model, prompts, MIXED_REASONINGS, attention="auto")
     reasonings = set(map(tuple, MIXED_REASONINGS))
     # prefixes of 12, 11, 11 and 9 tokens (>= 3/4 of the longest) in one forward, then all 4 x 7 rows in
     # one, the shorter prefixes masked where they are padded to 12
@@ -159,7 +162,7 @@ def test_forwards_and_head_chunks_respect_their_bounds():
     forwards, head_rows = [], []
     record_forward(model, forwards)
     model.get_output_embeddings().register_forward_hook(lambda mod, args, out: head_rows.append(out.shape[0]))
-    cross_score(model, SIMILAR_PROMPTS, REASONINGS, max_tokens_per_forward=30, max_tokens_per_chunk=6)
+    cross_score(model, SIMILAR_PROMPTS, REASONINGS, max_tokens_per_forward=30, max_tokens_per_chunk=6, attention="auto")
     prefix_forwards = [f for f in forwards if f[2] == 0]
     batches = [f for f in forwards if f[2] > 0]
     # the prefixes (12, 11, 11 and 9 tokens, longest first) in forwards of rows x longest <= 30
@@ -175,7 +178,7 @@ def test_row_longer_than_the_bound_gets_its_own_forward():
     model = tiny_model("qwen2")
     forwards = []
     record_forward(model, forwards)
-    cross_score(model, [[1, 2, 3]], [[4, 5, 6, 7], [8, 9]], max_tokens_per_forward=5)
+    cross_score(model, [[1, 2, 3]], [[4, 5, 6, 7], [8, 9]], max_tokens_per_forward=5, attention="auto")
     assert forwards == [(1, 2, 0), (1, 5, 2), (1, 3, 2)]
 
 
@@ -188,7 +191,7 @@ def test_models_without_a_usable_cache_fall_back_to_full_pairs(monkeypatch, no_c
         model = tiny_model("qwen2-sliding")
     forwards = []
     record_forward(model, forwards)
-    _, l_sum = cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS, max_tokens_per_forward=40)
+    _, l_sum = cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS, max_tokens_per_forward=40, attention="auto")
     if no_cache == "sliding":  # it first encodes the longest prefix (15 tokens), finds the cache unusable
         assert forwards[0] == (1, 15, 0)
         forwards = forwards[1:]
@@ -231,7 +234,7 @@ def test_no_reasonings_gives_empty_rows():
         ([[1], []], REASONINGS, {}, r"prompts\[1\]"),
         ([], REASONINGS, {}, "prompts"),
         (PROMPTS, REASONINGS, dict(max_tokens_per_forward=0), "max_tokens_per_forward"),
-        (PROMPTS, REASONINGS, dict(attention="flash"), r"attention must be one of \('auto', 'efficient'\)"),
+        (PROMPTS, REASONINGS, dict(attention="flash"), r"attention must be one of \('varlen', 'auto', 'efficient'\)"),
     ],
 )
 def test_bad_inputs_raise(prompts, reasonings, kwargs, message):
@@ -251,6 +254,7 @@ def test_padded_widths_match_naive(kind, max_tokens_per_forward):
         pad_token_id=3,
         max_tokens_per_chunk=5,
         pad_widths=True,
+        attention="auto",
     )
 
 
@@ -284,7 +288,7 @@ def test_padded_widths_repeat_across_calls_with_new_lengths():
         generator = torch.Generator().manual_seed(seed)
         prompts = token_lists(torch.randint(40, 60, (3,), generator=generator).tolist(), seed)
         reasonings = token_lists(torch.randint(5, 14, (4,), generator=generator).tolist(), seed + 1)
-        cross_score(model, prompts, reasonings, pad_widths=True)
+        cross_score(model, prompts, reasonings, pad_widths=True, attention="auto")
     assert {(length, cached) for _, length, cached in widths} == {(64, 0), (16, 64)}
 
 
@@ -297,6 +301,73 @@ def test_grouped_heads_are_scored_without_repeating_keys(monkeypatch):
     calls = []
     fold = gqa_attention.fold_gqa_attention
     monkeypatch.setattr(gqa_attention, "fold_gqa_attention", lambda *a, **k: calls.append(a[0].shape) or fold(*a, **k))
-    assert_matches_naive(model, PROMPTS, REASONINGS)
+    assert_matches_naive(model, PROMPTS, REASONINGS, attention="auto")
     assert calls and all(shape[1] == TINY["num_attention_heads"] for shape in calls)
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_varlen_packs_each_groups_prefixes_once_and_its_rows_end_to_end():
+    """`attention="varlen"`: no padding and no gathered prefixes. The 4 similar prompts' prefixes (12, 11, 11 and 9
+    tokens) run as one sequence of 43 tokens; then every (prompt, reasoning) row, `[last prompt token | z]`, packed
+    end to end. With a bound of 30 tokens per forward, prefix groups hold 2 prompts (2 x 12 <= 30) and row forwards
+    at most 30 real tokens (a single row beyond it on its own)."""
+    model = tiny_model("qwen2")
+    prompts = [*SIMILAR_PROMPTS, SIMILAR_PROMPTS[1]]
+    reasonings = list(map(list, dict.fromkeys(map(tuple, MIXED_REASONINGS))))  # the 7 distinct reasonings
+    row_tokens = 4 * sum(1 + len(z) for z in reasonings)
+    for bound in (8192, 30):
+        forwards = []
+        record_forward(model, forwards)
+        _, l_sum = cross_score(model, prompts, MIXED_REASONINGS, max_tokens_per_forward=bound)
+        model.get_decoder()._forward_pre_hooks.clear()
+        torch.testing.assert_close(l_sum, naive_matrix(model, prompts, MIXED_REASONINGS), atol=1e-4, rtol=0)
+        assert all(rows == 1 and cached == 0 for rows, _, cached in forwards)
+        lengths = [length for _, length, _ in forwards]
+        if bound == 8192:
+            assert lengths == [43, row_tokens]
+        else:
+            assert sum(lengths) == 43 + row_tokens and lengths[0] == 12 + 11 and len(lengths) > 6
+            assert all(length <= bound or length <= 1 + max(map(len, reasonings)) for length in lengths)
+
+
+@pytest.mark.parametrize(
+    "lengths, bound, groups",
+    [
+        ([12, 11, 11, 9], 30, [[0, 1], [2, 3]]),
+        ([12, 11, 11, 9], 8192, [[0, 1, 2, 3]]),
+        ([40, 12, 3, 0, 0], 30, [[0], [1, 2], [3, 4]]),  # a prefix beyond the bound alone; empty ones apart
+        ([0, 0], 1, [[0, 1]]),
+    ],
+)
+def test_varlen_groups_prompts_while_their_prefixes_fit_one_forward(lengths, bound, groups):
+    assert cross_scoring._packed_groups(lengths, bound) == groups
+
+
+def test_varlen_leaves_the_models_attention_setting_as_it_found_it():
+    model = tiny_model("llama")
+    assert_matches_naive(model, PROMPTS, REASONINGS, attention="varlen")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_varlen_falls_back_where_the_attention_cannot_run_packed():
+    """Sliding-window layers pass a window to the attention, which the packed attention refuses instead of ignoring:
+    the scorer then takes the masked path (which finds the sliding cache unusable too and scores whole pairs)."""
+    model = tiny_model("qwen2-sliding")
+    forwards = []
+    record_forward(model, forwards)
+    _, l_sum = cross_score(model, MIXED_PROMPTS, MIXED_REASONINGS, max_tokens_per_forward=40)
+    # the prefixes (15, 11, 8 and 4 tokens) packed, refused in the first layer; then the masked path's longest prefix
+    assert forwards[:2] == [(1, 15 + 11 + 8 + 4, 0), (1, 15, 0)]
+    assert model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(l_sum, naive_matrix(model, MIXED_PROMPTS, MIXED_REASONINGS), atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention's variable-length kernel needs CUDA")
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_varlen_on_cuda_scores_what_the_masked_path_does_in_bf16(kind):
+    model = tiny_model(kind).to("cuda", torch.bfloat16)
+    prompts = [*MIXED_PROMPTS, *token_lists([40, 37, 52], seed=6)]
+    want = cross_score(model, prompts, MIXED_REASONINGS, max_tokens_per_forward=64, attention="efficient")[0]
+    for bound in (8192, 64):
+        l_tok = cross_score(model, prompts, MIXED_REASONINGS, max_tokens_per_forward=bound, attention="varlen")[0]
+        torch.testing.assert_close(l_tok, want, atol=2e-2, rtol=0)

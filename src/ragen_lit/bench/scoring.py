@@ -38,7 +38,7 @@ from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import compile_layers
-from ragen_lit.models.gqa_attention import MASKED_ATTENTION
+from ragen_lit.models.prefix_attention import SCORER_ATTENTION
 
 
 def workload(args, vocab_size: int, draw: int = 0) -> tuple[list[list[int]], list[list[int]]]:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--attention",
         nargs="+",
-        choices=list(MASKED_ATTENTION),
+        choices=list(SCORER_ATTENTION),
         default=[DiagnosticsConfig.attention],
         help="cross_score's attention kernels (diagnostics.attention; default: its default)",
     )

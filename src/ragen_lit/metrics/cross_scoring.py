@@ -14,10 +14,13 @@ prefix, none appended on top of it). Prompts are long multi-turn contexts and re
 re-encoding every prompt R times. Log-probs come from `ragen_lit.logprobs.token_logprobs` (given the cache),
 so the vocabulary head runs on at most `max_tokens_per_chunk` positions at a time. Models whose decoder takes
 no KV cache, or whose cache is not plain full-attention `DynamicLayer`s (sliding-window, linear attention, …),
-fall back to packing every distinct `[x_j | z_r]` pair into full forwards. Attention runs under
-`models.gqa_attention.folded_gqa` (grouped query heads stacked per key/value head: no copies of the cached keys
-per query head), and on a GPU the forwards' widths are rounded up (`pad_widths`) so that a run's calls repeat
-their shapes.
+fall back to packing every distinct `[x_j | z_r]` pair into full forwards. With `attention="varlen"`
+(`diagnostics.attention`'s default) nothing is gathered or padded: a group's prefixes run as one packed sequence,
+and every forward packs its rows' real tokens end to end, each row attending over its own tokens and its prompt's
+packed prefix through variable-length attention merged by log-sum-exp (`models.prefix_attention`). Otherwise
+attention runs under `models.gqa_attention.folded_gqa` (grouped query heads stacked per key/value head: no copies of
+the cached keys per query head), and on a GPU the forwards' widths are rounded up (`pad_widths`) so that a run's
+calls repeat their shapes.
 In a distributed run every rank scores its own reasoning rows against all prompts: gather the
 prompts first with `gather_prompts`.
 """
@@ -32,6 +35,7 @@ from torch.profiler import record_function
 
 from ragen_lit.logprobs import cache_keyword, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
+from ragen_lit.models.prefix_attention import SCORER_ATTENTION, RowSegments, UnsupportedAttention, packed_rows
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 from ragen_lit.shapes import round_up
 
@@ -47,7 +51,7 @@ def cross_score(
     temperature: float = 1.0,
     compile_head: bool = False,
     pad_widths: bool | None = None,
-    attention: str = "auto",
+    attention: str = "varlen",
 ) -> tuple[Tensor, Tensor]:
     """Score every reasoning under every prompt (teacher forcing, no grad, model in its current mode).
 
@@ -74,8 +78,11 @@ def cross_score(
         pad_widths: round the forwards' widths up (prefixes to multiples of 64, rows to multiples of 16;
             masked, same scores), so that a run's calls repeat their shapes and kernels that plan per shape
             (cuDNN attention) reuse their plans. None: on a GPU only.
-        attention: the sdpa kernels of the masked attention, a `models.gqa_attention.MASKED_ATTENTION` key
-            (`diagnostics.attention`).
+        attention: `diagnostics.attention`, one of `models.prefix_attention.SCORER_ATTENTION`: "varlen" packs the
+            rows (no padding, no gathered prefixes; `max_tokens_per_forward` then bounds a forward's real row
+            tokens, and `pad_widths` does not apply), falling back to "efficient" for models whose attention
+            cannot run packed (sliding windows, soft-capping, …); the others name the sdpa kernels of the masked
+            attention over gathered prefixes (`models.gqa_attention.MASKED_ATTENTION`).
 
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
@@ -90,6 +97,8 @@ def cross_score(
     for r, reasoning in enumerate(reasonings):
         if len(reasoning) == 0:
             raise ValueError(f"reasonings[{r}] is empty; filter out samples without reasoning before scoring")
+    if attention not in SCORER_ATTENTION:
+        raise ValueError(f"attention must be one of {SCORER_ATTENTION}, got {attention!r}")
 
     device = next(model.parameters()).device
     distinct_prompts, column_of = _distinct(prompts)
@@ -104,10 +113,15 @@ def cross_score(
     }
     if pad_widths is None:
         pad_widths = device.type == "cuda"
+    usable_cache = bool(distinct_reasonings) and cache_keyword(model) is not None
+    scores = None
+    if attention == "varlen" and usable_cache:
+        with torch.no_grad():
+            scores = _score_packed(model, distinct_prompts, distinct_reasonings, **options)
+        attention = "efficient"  # where the rows could not run packed
     # grouped-query attention under the rows' masks without copying keys and values per query head
-    with torch.no_grad(), folded_gqa(model, attention):
-        scores = None
-        if distinct_reasonings and cache_keyword(model) is not None:
+    with torch.no_grad(), folded_gqa(model, "efficient" if attention == "varlen" else attention):
+        if scores is None and usable_cache:
             scores = _score_with_prompt_cache(
                 model, distinct_prompts, distinct_reasonings, pad_widths=pad_widths, **options
             )
@@ -126,6 +140,195 @@ def _distinct(sequences: Sequence[Sequence[int]]) -> tuple[list[list[int]], list
     index: dict[tuple[int, ...], int] = {}
     positions = [index.setdefault(tuple(int(token) for token in sequence), len(index)) for sequence in sequences]
     return [list(sequence) for sequence in index], positions
+
+
+def _score_packed(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    reasonings: list[list[int]],
+    *,
+    max_tokens_per_forward: int,
+    pad_token_id: int,
+    max_tokens_per_chunk: int,
+    temperature: float,
+    compile_head: bool,
+    device: torch.device,
+) -> Tensor | None:
+    """L_sum [R, N] float64 from packed forwards over shared prefixes (`models.prefix_attention`), or None where the
+    model's attention or cache cannot run that way.
+
+    Prompts are taken longest first in groups whose prefixes (all but each prompt's last token) fit one forward
+    (`_packed_groups`: nothing is padded, so lengths need not be similar). A group's prefixes run as one packed
+    sequence, each over itself, and the attention keeps their keys and
+    values, packed (`RowSegments.captured`; no KV cache). Its rows `[x_{P−1} | z_r]` are then packed into forwards
+    of at most `max_tokens_per_forward` real tokens (`_pack_tokens`), positions continuing after each row's prefix,
+    each row over its own tokens and its prompt's prefix.
+    """
+    seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
+    order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
+    sizes = [1 + len(reasonings[r]) for r in order]  # a row: the prompt's last token, then the reasoning
+    # every reasoning once, behind a slot for the prompt's last token, right-padded (the padding is never read)
+    reasoning_ids = torch.tensor(
+        [[pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])] for k, r in enumerate(order)],
+        dtype=torch.long,
+        device=device,
+    )
+    reasoning_row = torch.tensor(order, device=device)
+    prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
+    try:
+        for group in _packed_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
+            columns = [prompt_order[g] for g in group]
+            prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first; all > 0 or all 0
+            prefix = RowSegments(cu_rows=_offsets(prefix_lengths, device), max_row=prefix_lengths[0], captured={})
+            if prefix_lengths[0] > 0:
+                ids = torch.tensor([token for j in columns for token in prompts[j][:-1]], device=device)[None]
+                positions = torch.cat([torch.arange(length) for length in prefix_lengths]).to(device)[None]
+                with packed_rows(model, prefix), record_function("ragen/score.prefixes"):
+                    token_logprobs(
+                        model,
+                        ids,
+                        torch.ones_like(ids, dtype=torch.bool),
+                        position_ids=positions,
+                        score_mask=torch.zeros_like(ids, dtype=torch.bool),
+                        max_tokens_per_chunk=max_tokens_per_chunk,
+                    )
+                # every layer must have attended through `packed_rows` (a layer of another kind, e.g. linear
+                # attention, leaves no keys to continue)
+                layers = getattr(model.config, "num_hidden_layers", len(prefix.captured))
+                if sorted(prefix.captured) != list(range(layers)):
+                    return None
+                prefix = RowSegments(
+                    cu_rows=prefix.cu_rows,
+                    max_row=prefix.max_row,
+                    cu_prefix=prefix.cu_rows,
+                    max_prefix=prefix.max_row,
+                    prefixes=[prefix.captured[layer] for layer in sorted(prefix.captured)],
+                )
+            _score_group_rows(
+                model,
+                seq_logprob,
+                prefix,
+                prefix_lengths=torch.tensor(prefix_lengths, device=device),
+                last_token=torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device),
+                column_of=torch.tensor(columns, device=device),
+                batches=_pack_tokens(sizes, len(columns), max_tokens_per_forward),
+                sizes=sizes,
+                reasoning_ids=reasoning_ids,
+                reasoning_row=reasoning_row,
+                max_tokens_per_chunk=max_tokens_per_chunk,
+                temperature=temperature,
+                compile_head=compile_head,
+            )
+    except UnsupportedAttention:
+        return None
+    return seq_logprob
+
+
+def _score_group_rows(
+    model: torch.nn.Module,
+    seq_logprob: Tensor,
+    prefix: RowSegments,
+    *,
+    prefix_lengths: Tensor,
+    last_token: Tensor,
+    column_of: Tensor,
+    batches: list[list[tuple[int, int]]],
+    sizes: list[int],
+    reasoning_ids: Tensor,
+    reasoning_row: Tensor,
+    max_tokens_per_chunk: int,
+    temperature: float,
+    compile_head: bool,
+) -> None:
+    """Score one prompt group's rows, batch by batch (`_score_packed`), into `seq_logprob`: a batch's (group
+    member, reasoning index) rows, sorted by member, run as one packed sequence over the members' prefixes."""
+    device = seq_logprob.device
+    members = len(column_of)
+    # every batch's members, reasonings and segment offsets in one host-to-device copy (a copy from pageable
+    # memory waits for the device, so one per batch would keep it idle while the host prepares the next)
+    host, spans = [], []
+    for rows in batches:
+        per_member = [0] * members
+        for member, k in rows:
+            per_member[member] += sizes[k]
+        row_sizes = [sizes[k] for _, k in rows]
+        start = len(host)
+        host += [m for m, _ in rows] + [k for _, k in rows] + _offsets(row_sizes) + _offsets(per_member)
+        spans.append((start, len(rows), sum(row_sizes), max(row_sizes), max(per_member)))
+    host_tensor = torch.tensor(host, dtype=torch.long).to(device)
+    for start, count, tokens, longest_row, longest_member in spans:
+        parts = [count, count, count + 1, members + 1]
+        member, sample, cu_rows, cu_queries = host_tensor[start : start + sum(parts)].split(parts)
+        row_of_token = torch.repeat_interleave(torch.arange(count, device=device), cu_rows.diff(), output_size=tokens)
+        offset = torch.arange(tokens, device=device) - cu_rows[row_of_token]  # the token's index in its row
+        token_member = member[row_of_token]
+        ids = torch.where(offset == 0, last_token[token_member], reasoning_ids[sample[row_of_token], offset])
+        segments = RowSegments(
+            cu_rows=cu_rows.int(),
+            max_row=longest_row,
+            cu_queries=cu_queries.int(),
+            max_queries=longest_member,
+            cu_prefix=prefix.cu_prefix,
+            max_prefix=prefix.max_prefix,
+            prefixes=prefix.prefixes,
+        )
+        with packed_rows(model, segments), record_function("ragen/score.rows"):
+            logprobs = token_logprobs(
+                model,
+                ids[None],
+                torch.ones_like(ids, dtype=torch.bool)[None],
+                position_ids=(prefix_lengths[token_member] + offset)[None],
+                score_mask=(offset > 0)[None],  # a row's first token is the prompt's, already scored in no row
+                max_tokens_per_chunk=max_tokens_per_chunk,
+                temperature=temperature,
+                compile_head=compile_head,
+            ).logprobs[0]
+        sums = torch.zeros(count, dtype=torch.float64, device=device).index_add_(0, row_of_token, logprobs.double())
+        seq_logprob[reasoning_row[sample], column_of[member]] = sums
+
+
+def _packed_groups(prefix_lengths: list[int], max_tokens_per_forward: int) -> list[list[int]]:
+    """Consecutive groups of indices into `prefix_lengths` (longest first) whose prefixes add up to at most
+    `max_tokens_per_forward` tokens (a longer prefix on its own); empty prefixes (one-token prompts) form groups of
+    their own, since a row needs keys in every attention it runs."""
+    groups: list[list[int]] = []
+    total = 0
+    for index, length in enumerate(prefix_lengths):
+        if groups and total + length <= max_tokens_per_forward and (length > 0) == (prefix_lengths[index - 1] > 0):
+            groups[-1].append(index)
+            total += length
+        else:
+            groups.append([index])
+            total = length
+    return groups
+
+
+def _offsets(lengths: list[int], device: torch.device | None = None) -> list[int] | Tensor:
+    """`[0, l0, l0 + l1, …]`: where consecutive segments of these lengths start (and the total); on `device` as int32
+    if one is given."""
+    offsets = [0]
+    for length in lengths:
+        offsets.append(offsets[-1] + length)
+    return offsets if device is None else torch.tensor(offsets, dtype=torch.int32, device=device)
+
+
+def _pack_tokens(sizes: list[int], members: int, max_tokens_per_forward: int) -> list[list[tuple[int, int]]]:
+    """Batches of (group member, reasoning index) rows for one prompt group, reasonings longest first, each under
+    every member; a batch holds rows while their tokens (`sizes[k]` each) stay within the bound (a row beyond it
+    on its own). Each batch is sorted by member (stably), as the prefix segments need."""
+    batches: list[list[tuple[int, int]]] = []
+    batch: list[tuple[int, int]] = []
+    tokens = 0
+    for k, size in enumerate(sizes):
+        for member in range(members):
+            if batch and tokens + size > max_tokens_per_forward:
+                batches.append(batch)
+                batch, tokens = [], 0
+            batch.append((member, k))
+            tokens += size
+    if batch:
+        batches.append(batch)
+    return [sorted(batch, key=lambda row: row[0]) for batch in batches]
 
 
 def _score_with_prompt_cache(
