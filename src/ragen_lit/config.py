@@ -310,8 +310,9 @@ class DiagnosticsConfig:
     trajectory: bool = True
     """trajectory scope (pairs drawn over trajectories then turns)"""
     max_tokens_per_forward: int = checked(0, ge=0, auto_or_ge=64)
-    """memory bound of the cross-scorer (padded tokens per forward; 0 = auto: 8192 on CPU; on a GPU 1/20 of its memory
-    in KV copies, at most 262144)"""
+    """memory bound of the cross-scorer: tokens per forward (with attention=varlen the rows' real tokens, and a prompt
+    group's prefix tokens; otherwise padded tokens, each with a copy of its prompt's cached keys); 0 = auto: 8192 on
+    CPU; on a GPU what 1/20 of its memory holds in key/value copies, at most 262144"""
     attention: str = checked("varlen", choices=SCORER_ATTENTION)
     """the cross-scorer's attention: varlen (rows packed end to end, no padding, each over its own tokens and its
     prompt's prefix read once, merged by log-sum-exp: FlashAttention's variable-length kernel on a GPU in bf16/fp16;
