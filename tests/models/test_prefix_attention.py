@@ -114,11 +114,20 @@ def test_flash_varlen_on_cuda_equals_the_segment_by_segment_math(causal, offsets
     args = [torch.tensor(cu, dtype=torch.int32, device=device) for cu in (cu_q, cu_k)]
     lengths = [int(torch.tensor(cu).diff().max()) for cu in (cu_q, cu_k)]
     out, lse = varlen_attention(query, key, value, *args, *lengths, causal=causal, scale=0.125)
-    want_out, want_lse = _segment_by_segment(query, key, value, cu_q, cu_k, causal=causal, scale=0.125)
-    occupied = torch.tensor(cu_q).diff().repeat_interleave(torch.tensor(cu_q).diff()) > 0
-    assert lse.shape == (14, cu_q[-1])
-    torch.testing.assert_close(out[occupied.to(device)], want_out[occupied.to(device)], atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=1e-3)
+    on_cpu = [t.cpu().float() for t in (query, key, value)]
+    want_out, want_lse = _segment_by_segment(*on_cpu, cu_q, cu_k, causal=causal, scale=0.125)
+    assert out.dtype == torch.bfloat16 and lse.shape == (14, cu_q[-1])
+    torch.testing.assert_close(out.cpu().float(), want_out, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-3, rtol=1e-3)
+
+
+def test_without_a_kernel_that_returns_partition_sums_the_attention_is_refused():
+    """fp32 on CUDA (or a GPU before compute capability 8.0, or another device): `UnsupportedAttention`, which sends
+    the scorer to its masked path, instead of a slow or failing kernel. The meta device stands in for such a device."""
+    query, key = torch.empty(5, 4, 8, device="meta"), torch.empty(5, 2, 8, device="meta")
+    offsets = torch.tensor([0, 5], dtype=torch.int32, device="meta")
+    with pytest.raises(UnsupportedAttention, match="no variable-length kernel for torch.float32"):
+        varlen_attention(query, key, key, offsets, offsets, 5, 5, causal=True, scale=1.0)
 
 
 def test_features_it_does_not_implement_are_refused_not_ignored():

@@ -14,9 +14,10 @@ so a forward over packed rows runs two variable-length attentions and merges the
   sorted by prompt), read from one packed copy of the prefixes' keys and values per layer, never gathered per row.
 
 No work goes to padding and no mask exists. On CUDA in fp16/bf16 both run FlashAttention's variable-length kernel
-(`varlen_attention`, grouped-query heads native); elsewhere each segment runs on its own (PyTorch's CPU flash
-kernel on a CPU). `packed_rows(model, segments)` switches a model's attention to `prefix_rows_attention` for the
-calls inside it.
+(`varlen_attention`, grouped-query heads native); on a CPU each segment runs on its own through PyTorch's CPU flash
+kernel. Where neither runs (fp32 on CUDA, older GPUs, other devices) the attention raises `UnsupportedAttention` and
+the scorer takes its masked path. `packed_rows(model, segments)` switches a model's attention to
+`prefix_rows_attention` for the calls inside it.
 """
 
 from __future__ import annotations
@@ -89,19 +90,39 @@ def varlen_attention(
     reads key head h // (H / H_kv)). `causal`: a segment's queries are its keys (self-attention, each token over
     itself and the earlier ones). A segment may hold no queries; every segment with queries needs keys.
 
-    Returns `(out [T, H, D], lse [H, T] float32)`, lse the natural log of each query's partition sum."""
-    if query.is_cuda and query.dtype in (torch.float16, torch.bfloat16):
-        out, lse, *_ = torch.ops.aten._flash_attention_forward(
-            query, key, value, cu_queries, cu_keys, max_queries, max_keys, 0.0, causal, False, scale=scale
+    Returns `(out [T, H, D], lse [H, T] float32)`, lse the natural log of each query's partition sum. Runs where
+    PyTorch has a kernel that returns the partition sums: FlashAttention's on CUDA (fp16/bf16, compute capability
+    8.0 or later, head size a multiple of 8 up to 256), its CPU flash kernel segment by segment on a CPU; elsewhere
+    it raises `UnsupportedAttention`."""
+    if query.device.type == "cpu":
+        return _segment_by_segment(query, key, value, cu_queries.tolist(), cu_keys.tolist(), causal=causal, scale=scale)
+    if not _flash_runs(query):
+        raise UnsupportedAttention(
+            f"no variable-length kernel for {query.dtype} queries of head size {query.shape[-1]} on {query.device}"
         )
-        return out, lse
-    return _segment_by_segment(query, key, value, cu_queries.tolist(), cu_keys.tolist(), causal=causal, scale=scale)
+    out, lse, *_ = torch.ops.aten._flash_attention_forward(
+        query, key, value, cu_queries, cu_keys, max_queries, max_keys, 0.0, causal, False, scale=scale
+    )
+    return out, lse
+
+
+def _flash_runs(query: Tensor) -> bool:
+    """Whether FlashAttention's CUDA kernel takes these queries (what PyTorch's build of it supports)."""
+    head_size = query.shape[-1]
+    return (
+        query.is_cuda
+        and query.dtype in (torch.float16, torch.bfloat16)
+        and torch.cuda.get_device_capability(query.device) >= (8, 0)
+        and head_size % 8 == 0
+        and head_size <= 256
+    )
 
 
 def _segment_by_segment(
     query: Tensor, key: Tensor, value: Tensor, cu_queries: list[int], cu_keys: list[int], *, causal: bool, scale: float
 ) -> tuple[Tensor, Tensor]:
-    """`varlen_attention` one segment at a time: PyTorch's CPU flash kernel on a CPU, float32 math elsewhere."""
+    """`varlen_attention` on a CPU: each segment through PyTorch's CPU flash kernel (the key heads repeated per
+    query head)."""
     groups = query.shape[1] // key.shape[1]
     out = query.new_zeros(query.shape)
     lse = query.new_zeros(query.shape[1], query.shape[0], dtype=torch.float32)
@@ -112,14 +133,7 @@ def _segment_by_segment(
         q = query[q0:q1].transpose(0, 1)[None]  # [1, H, n, D]
         k = key[k0:k1].repeat_interleave(groups, dim=1).transpose(0, 1)[None]
         v = value[k0:k1].repeat_interleave(groups, dim=1).transpose(0, 1)[None]
-        if query.device.type == "cpu":
-            o, log_sum = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
-        else:
-            scores = (q.float() @ k.float().transpose(-1, -2)) * scale
-            if causal:
-                scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
-            log_sum = scores.logsumexp(-1)
-            o = ((scores - log_sum[..., None]).exp() @ v.float()).to(query.dtype)
+        o, log_sum = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
         out[q0:q1] = o[0].transpose(0, 1)
         lse[:, q0:q1] = log_sum[0]
     return out, lse
