@@ -54,6 +54,7 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
             "--attention",
             "auto",
             "efficient",
+            "varlen",
             "--fresh-shapes",
             "--profile",
             "--out",
@@ -68,15 +69,19 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     res = json.loads(out.read_text())
     settings = [(r["tokens_per_forward"], r["mode"], r["pad_widths"], r["attention"]) for r in res["results"]]
     # 0: 8192 on a CPU
+    # packed rows (varlen) have no widths to round
     assert settings == [
-        (b, m, "off", a) for b in (128, 8192) for m in ("eager", "compiled") for a in ("auto", "efficient")
+        (b, m, "off" if a != "varlen" else "n/a", a)
+        for b in (128, 8192)
+        for m in ("eager", "compiled")
+        for a in ("auto", "efficient", "varlen")
     ]
     assert all(r["seconds"] > 0 and r["pairs_per_s"] > 0 for r in res["results"])
     assert res["workload"]["flops"] > 0 and 20 <= res["workload"]["prompt_tokens_mean"] <= 60
     assert "| tokens per forward | model | padded widths | attention | seconds |" in done.stdout
     assert "every call a fresh draw of prompt lengths" in done.stdout
     # --profile's section (no CUDA kernels on a CPU)
-    assert "one call at 8192 tokens per forward, compiled model, padded widths off, attention efficient" in done.stdout
+    assert "one call at 8192 tokens per forward, compiled model, padded widths n/a, attention varlen" in done.stdout
 
 
 def test_bench_scoring_refuses_a_bad_workload():

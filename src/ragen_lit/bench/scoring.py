@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         choices=list(SCORER_ATTENTION),
         default=[DiagnosticsConfig.attention],
-        help="cross_score's attention kernels (diagnostics.attention; default: its default)",
+        help="cross_score's attention (diagnostics.attention; default: its default)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "tokens_per_forward": resolved,
                 "mode": mode,
-                "pad_widths": pad,
+                "pad_widths": pad if attention != "varlen" else "n/a",  # packed rows have no widths to round
                 "attention": attention,
                 "seconds": seconds,
                 "times_s": times,
