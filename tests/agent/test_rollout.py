@@ -202,3 +202,40 @@ def test_envs_whose_steps_wait_are_stepped_together_with_the_same_result(chat):
     for a, b in zip(waiting, plain):
         assert a.token_ids == b.token_ids and a.reward == b.reward and a.success == b.success
         assert [t.actions for t in a.turns] == [t.actions for t in b.turns]
+
+
+def test_a_rollout_with_kept_turns_samples_what_full_prefills_sample(chat):
+    """`rollout.hf_reuse_turns`: the rollout's next prompt is its last prompt, the sampled ids and the new message,
+    token for token, so the engine continues every kept row from turn 2 on (prefilling only the new tokens), and
+    the episodes are the ones an engine that prefills whole conversations samples (a random model, temperature 1)."""
+    import torch
+    import transformers
+
+    from ragen_lit.engines.hf import HFEngine
+
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(
+        transformers.Qwen2Config(
+            vocab_size=len(chat.tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    ).float()
+    limits = EpisodeLimits(max_turns=3, max_new_tokens=10)
+    make = partial(FrozenLakeEnv.from_grid, GRID)
+    runs = {}
+    for reuse in (True, False):
+        engine = HFEngine(model, pad_token_id=chat.tokenizer.pad_token_id, cache="graph", reuse_turns=reuse)
+        continued = []
+        original = engine._prefill_kept
+        engine._prefill_kept = lambda *args, seen=continued, fill=original: seen.append(len(args[2])) or fill(*args)
+        runs[reuse] = (
+            rollout(engine, make, [0, 1, 2, 3], [0, 0, 1, 1], chat, limits, SamplingParams(seed=3)),
+            continued,
+        )
+    (kept, continued), (whole, _) = runs[True], runs[False]
+    assert [t.token_ids for t in kept] == [t.token_ids for t in whole]
+    assert continued and continued[0] == 4  # turn 2 continued all four episodes

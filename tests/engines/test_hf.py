@@ -821,3 +821,96 @@ def test_the_config_switches_compiled_decode(model):
     cfg = load_config(None, ["rollout.hf_compile_decode=true"])
     engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
     assert engine.compile_decode is True
+
+
+def next_turns(prompts, generations, seed: int) -> list[list[int]]:
+    """A rollout's next turn: each prompt, its generation as sampled, and a new message of 2-5 tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        [*prompt, *generation.token_ids, *torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()]
+        for prompt, generation, n in zip(
+            prompts, generations, torch.randint(2, 6, (len(prompts),), generator=generator)
+        )
+    ]
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=8, temperature=1.0, seed=4),
+        # stop ids sampled often: rows stop at different steps, so kept rows hold masked steps after their stop
+        SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=list(range(1, 60))),
+    ],
+    ids=["to-length", "stops"],
+)
+def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params):
+    """`reuse_turns`: three turns of a rollout, each prompt continuing the last one's prompt and generation. The
+    engine that keeps its rows prefills only the new tokens, and samples the tokens and log-probs of the engine
+    that prefills every conversation whole."""
+    kept = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share, reuse_turns=True)
+    whole = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share)
+    continued = []
+    original = kept._prefill_kept
+    kept._prefill_kept = lambda *args: continued.append(len(args[2])) or original(*args)
+    prompts = GROUP_PROMPTS
+    for turn in range(3):
+        a, b = kept.generate(prompts, params), whole.generate(prompts, params)
+        assert [g.token_ids for g in a] == [g.token_ids for g in b]
+        for x, y in zip(a, b):
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+        prompts = next_turns(prompts, a, seed=turn)
+    assert continued == [len(GROUP_PROMPTS)] * 2  # turns 2 and 3 continued every kept row
+    if params.stop_token_ids:
+        assert len({len(g.token_ids) for g in a}) > 1
+
+
+def test_kept_rows_prefill_only_the_new_tokens(model):
+    engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True, pad_widths=False)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=6)
+    generations = engine.generate(GROUP_PROMPTS, params)
+    following = next_turns(GROUP_PROMPTS, generations, seed=0)
+    widths = []
+    hook = engine.model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        engine.generate(following, params)
+    finally:
+        hook.remove()
+    # the prefill: 7 rows of their new tokens only: each generation ran to length, and its last sampled token was
+    # never fed to the model, so that token and the message (2-5 tokens) are new; then one-token decode steps
+    messages = [len(f) - len(p) - len(g.token_ids) for f, p, g in zip(following, GROUP_PROMPTS, generations)]
+    assert widths[0] == (len(GROUP_PROMPTS), 1 + max(messages))
+    assert len(widths) > 1 and all(shape[1] == 1 for shape in widths[1:])
+
+
+def test_kept_rows_are_dropped_at_sync_release_and_for_prompts_that_do_not_continue_them(model):
+    engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=7)
+    continued = []
+    original = engine._prefill_kept
+    engine._prefill_kept = lambda *args: continued.append(1) or original(*args)
+    generations = engine.generate(GROUP_PROMPTS, params)
+    following = next_turns(GROUP_PROMPTS, generations, seed=1)
+    engine.sync(model)  # new weights may have arrived: the kept rows are stale
+    engine.generate(following, params)
+    engine.release()
+    engine.generate(following, params)
+    assert continued == []
+    # one prompt that continues no kept row: the whole call prefills as usual
+    generations = engine.generate(GROUP_PROMPTS, params)
+    following = next_turns(GROUP_PROMPTS, generations, seed=2)
+    engine.generate([*following[:-1], [1, 2, 3, 4]], params)
+    assert continued == []
+    engine.generate(GROUP_PROMPTS, params)
+    assert continued == []  # the kept rows were the last call's; these prompts start the conversations afresh
+
+
+def test_the_config_switches_kept_turns(model):
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    cfg = load_config(None, ["rollout.hf_reuse_turns=true"])
+    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
+    assert engine.reuse_turns is True

@@ -268,6 +268,12 @@ class HFEngine:
             softmax ("matmul"; both in `models.decode_attention`). Same attention, other kernels.
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
             (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
+        reuse_turns: cache="graph" keeps each row's cache after a call, until the next `sync` or `release`: a call
+            whose every prompt continues a kept row's prompt and generation, token for token (a rollout's next
+            turn), copies those rows' cached positions and prefills only the new tokens (`_KeptRows`). Logits equal
+            the full prefill's up to rounding (the kept keys and values were computed by decode steps); off by
+            default, as `share_prefixes`. A row's cache keeps the masked positions of earlier turns (padding, the
+            steps after its stop), so rows that stop early leave wider caches than a fresh prefill would.
     """
 
     def __init__(
@@ -284,6 +290,7 @@ class HFEngine:
         pad_widths: bool | None = None,
         decode_attention: str = "auto",
         compile_decode: bool = False,
+        reuse_turns: bool = False,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -297,6 +304,7 @@ class HFEngine:
             raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
         self.dtype = dtype
         self._source: torch.nn.Module | None = None  # the module last synced from
+        self._kept: _KeptRows | None = None  # reuse_turns: the last call's rows, until the next sync or release
         self.sync(model)
         if cache == "graph" and not self._graph_ok:
             raise ValueError(
@@ -311,6 +319,7 @@ class HFEngine:
         self.pad_widths = pad_widths
         self.decode_attention = decode_attention
         self.compile_decode = compile_decode
+        self.reuse_turns = reuse_turns
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -321,6 +330,7 @@ class HFEngine:
         module and its weights are overwritten in place from `model` at every sync."""
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self._kept = None  # computed with the weights before this sync
         if self._source is model and (self.model is model or _same_device(model, self.model)):
             if self.model is not model:
                 _copy_weights(model, self.model)
@@ -332,8 +342,9 @@ class HFEngine:
         self._cache_keyword = forward_cache_keyword(self.model)
 
     def release(self) -> None:
-        """Nothing to free: the engine decodes with the trainer's own module (or its `dtype` copy), and its
-        decode graphs and caches are kept for the next rollout."""
+        """Forget the rows kept for the next turn (`reuse_turns`); the engine decodes with the trainer's own module
+        (or its `dtype` copy), and its decode graphs and caches are kept for the next rollout."""
+        self._kept = None
 
     def cache_kind(self, device: torch.device) -> str:
         """The cache kind used on `device`: `cache` itself, or what "auto" resolves to there."""
@@ -366,6 +377,8 @@ class HFEngine:
         results: list[Generation | None] = [None] * len(prompts)
         modes = [(module, module.training) for module in self.model.modules()]
         self.model.eval()
+        if len(order) > self.max_batch_size:  # the chunks would overwrite each other's slot rows
+            self._kept = None
         try:
             with torch.no_grad():
                 for start in range(0, len(order), self.max_batch_size):
@@ -550,9 +563,15 @@ class HFEngine:
         one captured graph; no step synchronises with the host except a finished-check every
         `_FINISHED_CHECK_EVERY` steps."""
         stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
+        kept, self._kept = self._kept, None
+        continued = kept.continued(prompts) if kept is not None else None
         # the regions name the host's work in profiles (`bench.profiling.idle_gaps`)
         with record_function("ragen/engine.prefill"):
-            logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+            if continued is not None:
+                logits, prefix, prompt_mask, copy_index = self._prefill_kept(kept, continued, prompts, device)
+            else:
+                logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+        del kept
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
         if self._graphs is None:
@@ -566,6 +585,7 @@ class HFEngine:
             slot.load(prefix, copy_index, prompt_mask, positions)
         del prefix
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
+        fed = 0  # decode steps run: the first `fed` sampled tokens of every row have keys and values in the slot
         with record_function("ragen/engine.decode"):
             for step in range(max_new_tokens):
                 next_ids, next_logprobs = sample_next_tokens(
@@ -581,8 +601,80 @@ class HFEngine:
                 if (step + 1) % _FINISHED_CHECK_EVERY == 0 and bool(finished.all()):
                     break
                 logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
+                fed += 1
         with record_function("ragen/engine.outputs"):
-            return _generations(token_ids, logprobs, num_generated, finished)
+            generations = _generations(token_ids, logprobs, num_generated, finished)
+        if self.reuse_turns:
+            self._kept = _KeptRows(slot, prompts, [g.token_ids for g in generations], prompt_mask, positions, fed)
+        return generations
+
+    def _prefill_kept(
+        self, kept: _KeptRows, continued: list[int], prompts: list[list[int]], device: torch.device
+    ) -> tuple[torch.Tensor, Cache, torch.Tensor, None]:
+        """Prefill rows that continue kept rows (`continued[b]`: the kept row prompt b continues): their cached
+        positions copied from the kept slot (masked after each row's reused tokens), then each row's new tokens
+        (left-padded) on top, as `_prefill_shared` does with a computed prefix. Same returns as `_prefill`."""
+        rows = torch.tensor(continued, device=device)
+        reused = [kept.reused(j) for j in continued]  # the prompt tokens each row's cache already holds
+        suffixes = [prompt[n:] for prompt, n in zip(prompts, reused)]
+        suffix_ids, suffix_mask = left_pad(suffixes, self.pad_token_id, device, self._prefill_multiple(device))
+        width = kept.prompt_mask.shape[1] + kept.fed
+        cache = DynamicCache(config=self.model.config)
+        for index, layer in enumerate(kept.slot.cache.layers):
+            cache.update(layer.keys[rows, :, :width], layer.values[rows, :, :width], index)
+        generated = torch.tensor([n - len(kept.prompts[j]) for j, n in zip(continued, reused)], device=device)
+        cached_mask = torch.cat(
+            [kept.prompt_mask[rows], torch.arange(kept.fed, device=device) < generated[:, None]], dim=1
+        )
+        attention_mask = torch.cat([cached_mask, suffix_mask], dim=1)
+        position_ids = kept.positions[rows, None] + generated[:, None] + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        return self._forward_prompt(suffix_ids, attention_mask, position_ids, cache), cache, attention_mask, None
+
+
+class _KeptRows:
+    """A graph-cache call's rows, kept for the next call (`reuse_turns`): the slot holding their keys and values
+    (columns `[0, W)` the prompt, masked by `prompt_mask [B, W]`; then one column per decode step run, `fed`), and
+    each row's prompt and generation. Row b's cache holds its prompt and its first `min(len(generation), fed)`
+    sampled tokens, at positions `positions[b]` onward for the sampled ones."""
+
+    def __init__(self, slot, prompts, generations, prompt_mask: torch.Tensor, positions: torch.Tensor, fed: int):
+        self.slot, self.prompts, self.generations = slot, prompts, generations
+        self.prompt_mask, self.positions, self.fed = prompt_mask, positions, fed
+        # rows by (prompt + generation length, its last tokens): a short key, checked in full on a hit
+        self._index: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+        for row, (prompt, generation) in enumerate(zip(prompts, generations)):
+            text = [*prompt, *generation]
+            self._index.setdefault((len(text), tuple(text[-_KEY_TOKENS:])), []).append(row)
+        self._lengths = sorted({length for length, _ in self._index})
+
+    def reused(self, row: int) -> int:
+        """How many leading tokens of a prompt continuing `row` its cache holds."""
+        return len(self.prompts[row]) + min(len(self.generations[row]), self.fed)
+
+    def continued(self, prompts: list[list[int]]) -> list[int] | None:
+        """For each prompt, a kept row whose prompt and generation it starts with and continues by at least one
+        token; None unless every prompt has one (then the call prefills as usual)."""
+        rows = []
+        for prompt in prompts:
+            row = next(
+                (
+                    row
+                    for length in self._lengths
+                    if length < len(prompt)
+                    for row in self._index.get((length, tuple(prompt[max(0, length - _KEY_TOKENS) : length])), ())
+                    if prompt[: len(self.prompts[row])] == self.prompts[row]
+                    and prompt[len(self.prompts[row]) : length] == self.generations[row]
+                ),
+                None,
+            )
+            if row is None:
+                return None
+            rows.append(row)
+        return rows
+
+
+# `_KeptRows`: the trailing tokens of a kept row's prompt and generation that key its lookup
+_KEY_TOKENS = 8
 
 
 class _Stops:
