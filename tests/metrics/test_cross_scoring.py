@@ -362,6 +362,7 @@ def test_varlen_falls_back_where_the_attention_cannot_run_packed():
     torch.testing.assert_close(l_sum, naive_matrix(model, MIXED_PROMPTS, MIXED_REASONINGS), atol=1e-4, rtol=0)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention's variable-length kernel needs CUDA")
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_varlen_on_cuda_scores_what_the_masked_path_does_in_bf16(kind):

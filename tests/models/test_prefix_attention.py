@@ -102,6 +102,7 @@ def test_varlen_attention_equals_attention_segment_by_segment(causal, offsets, d
     torch.testing.assert_close(lse, want_lse, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention's variable-length kernel needs CUDA")
 @pytest.mark.parametrize("causal, offsets", [(True, SELF), (False, CROSS)], ids=["own-rows", "prefixes"])
 def test_flash_varlen_on_cuda_equals_the_segment_by_segment_math(causal, offsets):
