@@ -115,12 +115,13 @@ def cross_score(
         pad_widths = device.type == "cuda"
     usable_cache = bool(distinct_reasonings) and cache_keyword(model) is not None
     scores = None
-    if attention == "varlen" and usable_cache:
-        with torch.no_grad():
-            scores = _score_packed(model, distinct_prompts, distinct_reasonings, **options)
-        attention = "efficient"  # where the rows could not run packed
+    if attention == "varlen":
+        if usable_cache:
+            with torch.no_grad():
+                scores = _score_packed(model, distinct_prompts, distinct_reasonings, **options)
+        attention = "efficient"  # the masked kernels, where the rows could not run packed
     # grouped-query attention under the rows' masks without copying keys and values per query head
-    with torch.no_grad(), folded_gqa(model, "efficient" if attention == "varlen" else attention):
+    with torch.no_grad(), folded_gqa(model, attention):
         if scores is None and usable_cache:
             scores = _score_with_prompt_cache(
                 model, distinct_prompts, distinct_reasonings, pad_widths=pad_widths, **options
@@ -159,10 +160,10 @@ def _score_packed(
 
     Prompts are taken longest first in groups whose prefixes (all but each prompt's last token) fit one forward
     (`_packed_groups`: nothing is padded, so lengths need not be similar). A group's prefixes run as one packed
-    sequence, each over itself, and the attention keeps their keys and
-    values, packed (`RowSegments.captured`; no KV cache). Its rows `[x_{P−1} | z_r]` are then packed into forwards
-    of at most `max_tokens_per_forward` real tokens (`_pack_tokens`), positions continuing after each row's prefix,
-    each row over its own tokens and its prompt's prefix.
+    sequence, each over itself, and the attention keeps their keys and values, packed (`RowSegments.captured`; no
+    KV cache). Its rows `[x_{P−1} | z_r]` are then packed into forwards of at most `max_tokens_per_forward` real
+    tokens (`_pack_tokens`), positions continuing after each row's prefix, each row over its own tokens and its
+    prompt's prefix.
     """
     seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
     order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
@@ -278,7 +279,7 @@ def _score_group_rows(
                 ids[None],
                 torch.ones_like(ids, dtype=torch.bool)[None],
                 position_ids=(prefix_lengths[token_member] + offset)[None],
-                score_mask=(offset > 0)[None],  # a row's first token is the prompt's, already scored in no row
+                score_mask=(offset > 0)[None],  # a row's first token is its prompt's last, not a reasoning token
                 max_tokens_per_chunk=max_tokens_per_chunk,
                 temperature=temperature,
                 compile_head=compile_head,
