@@ -27,6 +27,8 @@ prompts first with `gather_prompts`.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -180,7 +182,8 @@ def _score_packed(
         for group in _packed_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
             columns = [prompt_order[g] for g in group]
             prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first; all > 0 or all 0
-            prefix = RowSegments(cu_rows=_offsets(prefix_lengths, device), max_row=prefix_lengths[0], captured={})
+            cu_prefix = torch.tensor(_offsets(prefix_lengths), dtype=torch.int32, device=device)
+            prefix = RowSegments(cu_rows=cu_prefix, max_row=prefix_lengths[0], captured={})
             if prefix_lengths[0] > 0:
                 ids = torch.tensor([token for j in columns for token in prompts[j][:-1]], device=device)[None]
                 positions = torch.cat([torch.arange(length) for length in prefix_lengths]).to(device)[None]
@@ -198,12 +201,12 @@ def _score_packed(
                 layers = getattr(model.config, "num_hidden_layers", len(prefix.captured))
                 if sorted(prefix.captured) != list(range(layers)):
                     return None
-                prefix = RowSegments(
-                    cu_rows=prefix.cu_rows,
-                    max_row=prefix.max_row,
-                    cu_prefix=prefix.cu_rows,
-                    max_prefix=prefix.max_row,
+                prefix = dataclasses.replace(
+                    prefix,
+                    cu_prefix=cu_prefix,
+                    max_prefix=prefix_lengths[0],
                     prefixes=[prefix.captured[layer] for layer in sorted(prefix.captured)],
+                    captured=None,
                 )
             _score_group_rows(
                 model,
@@ -264,14 +267,8 @@ def _score_group_rows(
         offset = torch.arange(tokens, device=device) - cu_rows[row_of_token]  # the token's index in its row
         token_member = member[row_of_token]
         ids = torch.where(offset == 0, last_token[token_member], reasoning_ids[sample[row_of_token], offset])
-        segments = RowSegments(
-            cu_rows=cu_rows.int(),
-            max_row=longest_row,
-            cu_queries=cu_queries.int(),
-            max_queries=longest_member,
-            cu_prefix=prefix.cu_prefix,
-            max_prefix=prefix.max_prefix,
-            prefixes=prefix.prefixes,
+        segments = dataclasses.replace(
+            prefix, cu_rows=cu_rows.int(), max_row=longest_row, cu_queries=cu_queries.int(), max_queries=longest_member
         )
         with packed_rows(model, segments), record_function("ragen/score.rows"):
             logprobs = token_logprobs(
@@ -304,13 +301,9 @@ def _packed_groups(prefix_lengths: list[int], max_tokens_per_forward: int) -> li
     return groups
 
 
-def _offsets(lengths: list[int], device: torch.device | None = None) -> list[int] | Tensor:
-    """`[0, l0, l0 + l1, …]`: where consecutive segments of these lengths start (and the total); on `device` as int32
-    if one is given."""
-    offsets = [0]
-    for length in lengths:
-        offsets.append(offsets[-1] + length)
-    return offsets if device is None else torch.tensor(offsets, dtype=torch.int32, device=device)
+def _offsets(lengths: list[int]) -> list[int]:
+    """`[0, l0, l0 + l1, …]`: where consecutive segments of these lengths start (and the total)."""
+    return [0, *itertools.accumulate(lengths)]
 
 
 def _pack_tokens(sizes: list[int], members: int, max_tokens_per_forward: int) -> list[list[tuple[int, int]]]:
