@@ -47,6 +47,28 @@ def test_a_batch_of_messages_encodes_as_each_one_does(tokenizer):
     assert chat.encode_many([]) == []
 
 
+def test_repeated_messages_are_encoded_once_into_lists_of_their_own(tokenizer):
+    """A group's episodes in one state send the same message: it is encoded once, each text still gets its ids
+    (the same as alone) in a list of its own."""
+    chat = ChatFormat(tokenizer)
+    calls = []
+
+    class Counting:
+        def __call__(self, texts, **kwargs):
+            calls.append(list(texts))
+            return tokenizer(texts, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    chat.tokenizer = Counting()
+    texts = ["b a", "a", "b a", "a", "c"]
+    ids = chat.encode_many(texts)
+    assert calls == [["b a", "a", "c"]]
+    assert ids == [chat.encode(text) for text in texts]
+    assert ids[0] is not ids[2]
+
+
 def test_close_ids_skip_what_the_model_already_sampled(tokenizer):
     chat = ChatFormat(tokenizer)
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")

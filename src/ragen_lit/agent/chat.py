@@ -63,12 +63,16 @@ class ChatFormat:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        """`encode` of each text, in one tokenizer call instead of one per text: a rollout turn's messages cost the
-        host less time while the device waits between two generations. (A fast tokenizer may also encode the batch
-        in parallel threads, unless TOKENIZERS_PARALLELISM=false, which `python -m ragen_lit` sets by default.)"""
+        """`encode` of each text, in one tokenizer call instead of one per text, and each distinct text once: a
+        rollout turn's messages cost the host less time while the device waits between two generations (a group's
+        episodes that stand in the same state get the same message; the env-text BPE took ~0.1 ms a message on one
+        CPU core). A fast tokenizer may also encode the batch in parallel threads, unless
+        TOKENIZERS_PARALLELISM=false, which `python -m ragen_lit` sets by default. Each text gets its own list."""
         if not texts:
             return []
-        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        distinct = list(dict.fromkeys(texts))
+        encoded = dict(zip(distinct, self.tokenizer(distinct, add_special_tokens=False)["input_ids"]))
+        return [list(encoded[text]) for text in texts]
 
     def first_prompt_ids(self, system: str, user: str) -> list[int]:
         """System + first user message + generation prompt + `<think>`."""
