@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 
 import pytest
@@ -15,6 +16,7 @@ from ragen_lit.engines.base import Engine, SamplingParams
 from ragen_lit.engines.hf import (
     PREFILL_MULTIPLE,
     HFEngine,
+    _KeptRows,
     ends_with_stop_sequence,
     left_pad,
     sample_next_tokens,
@@ -321,6 +323,32 @@ def test_shared_prefix_plan_splits_every_prompt_into_its_prefix_and_a_suffix(pro
     assert saved >= 0
 
 
+def most_saved(prompts) -> int:
+    """Prefix tokens saved by the best cut of the sorted prompts into runs, every cut tried: a run of m prompts
+    saves (m - 1) x the tokens they all share, each keeping its last token."""
+    ordered = sorted(prompts)
+
+    def shared(run):
+        n = min(len(p) - 1 for p in run)
+        return next((k for k in range(n) if len({p[k] for p in run}) > 1), n)
+
+    best = 0
+    for cuts in itertools.product([False, True], repeat=len(ordered) - 1):
+        starts = [0] + [k + 1 for k, cut in enumerate(cuts) if cut] + [len(ordered)]
+        runs = [ordered[a:b] for a, b in itertools.pairwise(starts)]
+        best = max(best, sum((len(run) - 1) * shared(run) for run in runs))
+    return best
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=5), min_size=1, max_size=7))
+def test_shared_prefix_plan_saves_the_most_tokens_any_cut_saves(prompts):
+    """The dynamic program, which stops growing a run once its prompts share no token, finds the best cut."""
+    plan = shared_prefix_plan(prompts)
+    saved = sum(len(plan.prefixes[k]) for k in plan.prefix_of) - sum(map(len, plan.prefixes))
+    assert saved == most_saved(prompts)
+
+
 # later turns of two groups: each group's rows start with the group's first prompt, then differ
 GROUP_PROMPTS = [[5, 17, 42, 8, 9, 10, 11, 12, 13] + tail for tail in ([1, 2, 3], [4, 5], [6, 7, 8, 9], [1, 2, 4])] + [
     [30, 31, 32, 33, 34, 35] + tail for tail in ([40], [41, 42, 43], [44, 45])
@@ -488,6 +516,14 @@ def test_left_pad_round_trips(prompts):
     input_ids, attention_mask = left_pad(prompts, 0, torch.device("cpu"))
     assert [row[mask].tolist() for row, mask in zip(input_ids, attention_mask)] == prompts
     assert attention_mask[:, -1].all()
+
+
+def test_left_pad_checks_the_ids_against_the_vocabulary():
+    cpu = torch.device("cpu")
+    assert left_pad([[0, 4], [4]], 0, cpu, vocab_size=5)[0].tolist() == [[0, 4], [0, 4]]
+    for bad in ([[5]], [[1, 2], [-1]]):
+        with pytest.raises(ValueError, match=r"\[0, 5\)"):
+            left_pad(bad, 0, cpu, vocab_size=5)
 
 
 def test_ends_with_stop_sequence_matches_suffixes_only():
@@ -764,7 +800,7 @@ def test_decode_attention_kernels_are_named_and_checked(model):
         HFEngine(model, pad_token_id=0, cache="graph", decode_attention="flash")
 
 
-@pytest.mark.parametrize("name", ["math", "flex", "matmul"])
+@pytest.mark.parametrize("name", ["math", "flex", "matmul", "split"])
 def test_every_decode_attention_kernel_samples_what_the_default_samples(model, name):
     """The same attention on other kernels (on a CPU the steps run eagerly, inside the kernel's context)."""
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
@@ -773,6 +809,23 @@ def test_every_decode_attention_kernel_samples_what_the_default_samples(model, n
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     for a, b in zip(got, want):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the split kernels and the captured graphs need CUDA")
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["captured", "compiled-step"])
+def test_split_decode_attention_on_cuda_samples_what_sdpa_samples(compile_decode):
+    """The Triton kernels inside captured CUDA graphs (and, compiled, as one opaque operator of the traced step),
+    against sdpa's math kernel: a float32 model, so the products are exact up to summation order."""
+    model = tiny_qwen2().cuda()
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    prompts = PROMPTS * 20  # 140 rows: a batch bucket of 256, and padding rows
+    want = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math").generate(prompts, params)
+    engine = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="split", compile_decode=compile_decode)
+    got = engine.generate(prompts, params)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    for a, b in zip(got, want):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
 @pytest.mark.parametrize("name", ["auto", "math", "matmul"])
@@ -905,6 +958,26 @@ def test_kept_rows_are_dropped_at_sync_release_and_for_prompts_that_do_not_conti
     assert continued == []
     engine.generate(GROUP_PROMPTS, params)
     assert continued == []  # the kept rows were the last call's; these prompts start the conversations afresh
+
+
+def test_kept_rows_are_found_by_length_and_last_tokens():
+    """Row keys by hand (`_KEY_TOKENS` = 8): the last 8 tokens of prompt + generation, from either or both."""
+    prompts, generations = [[1, 2, 3], [4] * 10, [5]], [[7, 8], [], [6] * 9]
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    kept = _KeptRows(None, prompts, generations, mask, mask.sum(-1), fed=9)
+    assert kept._index == {(5, (1, 2, 3, 7, 8)): [0], (10, (4,) * 8): [1], (10, (6,) * 8): [2]}
+    assert kept.continued([[5, *[6] * 9, 2], [1, 2, 3, 7, 8, 9], [4] * 11]) == [2, 0, 1]
+    assert kept.continued([[1, 2, 3, 7, 8]]) is None  # continues by no token
+    assert kept.continued([[9, 9, *[4] * 8, 1]]) is None  # row 1's key, another prompt
+
+
+def test_a_kept_turn_checks_its_new_ids_against_the_vocabulary(model):
+    engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=8)
+    generations = engine.generate(GROUP_PROMPTS, params)
+    following = next_turns(GROUP_PROMPTS, generations, seed=3)
+    with pytest.raises(ValueError, match=r"\[0, 300\)"):
+        engine.generate([*following[:-1], [*following[-1], VOCAB]], params)
 
 
 def test_the_config_switches_kept_turns(model):
