@@ -34,7 +34,7 @@ def test_a_batch_of_messages_encodes_as_each_one_does(tokenizer):
     expected = [chat.encode(chat._user_before + u + chat._user_after + "<think>") for u in users]
     assert chat.next_turns_ids(users) == expected
     assert [chat.next_turn_ids(u) for u in users] == expected
-    pairs = [("S", "U1"), ("system hello", "")]
+    pairs = [("S", "U1"), ("system hello", ""), ("S", "U1")]  # a group's episodes share their first prompt
     rendered = [
         tokenizer.apply_chat_template(
             [{"role": "system", "content": a}, {"role": "user", "content": b}],

@@ -79,14 +79,16 @@ class ChatFormat:
         return self.first_prompts_ids([(system, user)])[0]
 
     def first_prompts_ids(self, messages: Sequence[tuple[str, str]]) -> list[list[int]]:
-        """`first_prompt_ids` of each (system, user) pair, encoded in one call."""
-        return self.encode_many(
-            [
-                self._render([{"role": "system", "content": system}, {"role": "user", "content": user}], True)
-                + THINK_OPEN
-                for system, user in messages
-            ]
-        )
+        """`first_prompt_ids` of each (system, user) pair, encoded in one call; each distinct pair rendered once (a
+        group's episodes share theirs: 128 renders of the template took ~13 ms on a CPU core)."""
+        rendered = {
+            (system, user): self._render(
+                [{"role": "system", "content": system}, {"role": "user", "content": user}], True
+            )
+            + THINK_OPEN
+            for system, user in dict.fromkeys(messages)
+        }
+        return self.encode_many([rendered[pair] for pair in messages])
 
     def next_turn_ids(self, user: str) -> list[int]:
         """A later user message + generation prompt + `<think>` (appended after an assistant close)."""
