@@ -151,7 +151,8 @@ class RolloutConfig:
     off. On an H200's single-turn shape it gained nothing measurable (docs/PERFORMANCE.md)"""
     hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
     """hf only, graph cache: the attention kernel of its decode steps: sdpa's auto (PyTorch's choice, cuDNN on Hopper)
-    | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax). On an
+    | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax) | split
+    (flash-decoding: Triton kernels that split the cache and skip its masked blocks; CUDA only, else matmul). On an
     H200's multi-turn bench auto was fastest (step +8% with efficient, +47% with math; generation +13% with flex:
     docs/PERFORMANCE.md)"""
     hf_compile_decode: bool = False

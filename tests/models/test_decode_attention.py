@@ -9,7 +9,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
 from transformers.integrations import sdpa_attention
 
 from ragen_lit.models import forward_cache_keyword
-from ragen_lit.models.decode_attention import KERNELS, decode_attention, flex_decode, matmul_decode
+from ragen_lit.models.decode_attention import KERNELS, decode_attention, flex_decode, matmul_decode, split_decode
 from ragen_lit.models.gqa_attention import folded_gqa
 
 
@@ -33,7 +33,7 @@ def decode_case(heads=6, kv_heads=2, dim=16):
     return query, key, value, bias
 
 
-@pytest.mark.parametrize("kernel", [flex_decode, matmul_decode], ids=["flex", "matmul"])
+@pytest.mark.parametrize("kernel", [flex_decode, matmul_decode, split_decode], ids=["flex", "matmul", "split"])
 @pytest.mark.parametrize("heads", [6, 14], ids=["G3", "G7"])  # 7: Qwen2.5-0.5B's group, not a power of two
 def test_decode_kernels_equal_sdpa_over_repeated_keys(kernel, heads):
     query, key, value, bias = decode_case(heads=heads)
@@ -49,7 +49,7 @@ def test_masked_positions_get_no_weight():
     query, key, value, bias = decode_case()
     value_poisoned = value.clone()
     value_poisoned[0, :, 20:] = 1e4  # masked in row 0 only
-    for kernel in (flex_decode, matmul_decode):
+    for kernel in (flex_decode, matmul_decode, split_decode):
         torch.testing.assert_close(kernel(query, key, value_poisoned, bias)[0], kernel(query, key, value, bias)[0])
 
 

@@ -18,7 +18,7 @@ ENGINES = ("hf", "vllm")
 HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
 # the attention kernels cache="graph" can capture its decode steps on: sdpa's (auto: PyTorch's choice) or
 # `models.decode_attention`'s
-DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul")
+DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul", "split")
 
 
 @dataclass

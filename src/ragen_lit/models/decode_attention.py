@@ -9,7 +9,10 @@ ways, each the same attention:
   The G query heads that share a key/value head are folded into G query rows of that head, because the
   decoding kernel takes grouped heads only for power-of-two G (Qwen2.5-0.5B has 7);
 - "matmul": two batched matrix products and a float32 softmax, with the folded rows: under `torch.compile`
-  the bias and softmax fuse into one kernel beside the two GEMMs.
+  the bias and softmax fuse into one kernel beside the two GEMMs;
+- "split": flash-decoding, the cache split into 256-position pieces attended in parallel and merged by their
+  log partition sums, skipping the blocks the mask hides (`models.split_decode`'s Triton kernels, on CUDA; on
+  other devices "matmul"'s attention).
 
 `decode_attention(model, kernel)` switches a model's sdpa attention to one of them for the one-token calls
 inside it (every other call runs `folded_sdpa_forward`, sdpa with the query heads folded).
@@ -32,7 +35,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ragen_lit.models.gqa_attention import folded_sdpa_forward
 
-KERNELS = ("flex", "matmul")
+KERNELS = ("flex", "matmul", "split")
 
 
 def _fold(query: torch.Tensor, kv_heads: int) -> torch.Tensor:
@@ -72,7 +75,33 @@ def matmul_decode(
     return torch.matmul(weights, value).reshape(query.shape)
 
 
-_KERNEL_FUNCTIONS = {"flex": flex_decode, "matmul": matmul_decode}
+@torch.library.custom_op("ragen_lit::split_decode", mutates_args=())
+def _split_decode_op(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """`models.split_decode.split_decode` as one opaque operator: a compiled decode step (`rollout.hf_compile_decode`)
+    calls the Triton kernels instead of tracing into them."""
+    from ragen_lit.models.split_decode import split_decode as triton_split_decode  # Triton: CUDA machines only
+
+    return triton_split_decode(query, key, value, bias, scale)
+
+
+@_split_decode_op.register_fake
+def _(query, key, value, bias, scale):
+    return query.new_empty(query.shape)
+
+
+def split_decode(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float | None = None
+) -> torch.Tensor:
+    """`flex_decode`'s attention split along the keys (`models.split_decode`) on CUDA; `matmul_decode` elsewhere."""
+    if not query.is_cuda:
+        return matmul_decode(query, key, value, bias, scale)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    return _split_decode_op(query, key, value, bias, float(scale))
+
+
+_KERNEL_FUNCTIONS = {"flex": flex_decode, "matmul": matmul_decode, "split": split_decode}
 
 
 def _forward(
