@@ -16,7 +16,7 @@ import torch
 
 # the kernels' split and block sizes (`models.split_decode.SPLIT`, `BLOCK`, checked below): that module imports
 # Triton, which only the main test environment installs, and every environment collects this file
-SPLIT, BLOCK = 256, 64
+SPLIT, BLOCK = 128, 64
 MIN = torch.finfo(torch.float32).min
 
 # run in the subprocess: the inputs saved by the test, each case through the interpreted kernels

@@ -10,7 +10,7 @@ ways, each the same attention:
   decoding kernel takes grouped heads only for power-of-two G (Qwen2.5-0.5B has 7);
 - "matmul": two batched matrix products and a float32 softmax, with the folded rows: under `torch.compile`
   the bias and softmax fuse into one kernel beside the two GEMMs;
-- "split": flash-decoding, the cache split into 256-position pieces attended in parallel and merged by their
+- "split": flash-decoding, the cache split into 128-position pieces attended in parallel and merged by their
   log partition sums, skipping the blocks the mask hides (`models.split_decode`'s Triton kernels, on CUDA; on
   other devices "matmul"'s attention).
 

@@ -5,13 +5,13 @@ program walks the whole cache serially: at batch 128 and 2 key/value heads (Qwen
 ~1k-2k positions each, and sdpa's cuDNN kernel read the cache at ~12% of an H200's bandwidth in the multi-turn
 bench (docs/PERFORMANCE.md, sessions 14 and 16). Here
 
-1. `_partial_kernel`: program (row b, key/value head k, split s) takes the G query heads of head k as G rows of
+1. `_flash_decode_partial`: program (row b, key/value head k, split s) takes the G query heads of head k as G rows of
    one tile and attends over the split's `SPLIT` cache positions in blocks of `BLOCK`, with an online softmax
    (FlashAttention's running maximum and sum), writing its normalised output o_s and log partition sum λ_s;
    a block whose positions the bias masks (every value at most `MASKED`, the slot's "dtype minimum" mask) is
    skipped without reading its keys and values: a row's left padding, the columns after the current step, and
    the masked steps of kept turns cost one read of their bias;
-2. `_combine_kernel`: program (b, h) merges the splits, o = Σ_s exp(λ_s − λ) o_s with λ = log Σ_s exp(λ_s)
+2. `_flash_decode_combine`: program (b, h) merges the splits, o = Σ_s exp(λ_s − λ) o_s with λ = log Σ_s exp(λ_s)
    (the log-sum-exp merge of partial attentions over disjoint key sets).
 
 The same attention as softmax(q kᵀ·scale + bias) v over the unmasked positions (a row with every position masked
@@ -27,16 +27,19 @@ import torch
 import triton
 import triton.language as tl
 
-# Cache positions per split and per block of a split; the decode slots' cache lengths are multiples of 256
-# (`decode_graphs._LENGTH_BUCKET`), so no split is partial there.
-SPLIT = 256
+# Cache positions per split and per block of a split, and warps per program of the first kernel: the fastest of
+# splits 64-512, blocks 32-128 and 2-8 warps on an H200 at the multi-turn bench's shape (128 rows, 14 query and 2
+# key/value heads of 64, caches of 1280 and 2048 positions: docs/PERFORMANCE.md, session 17). The decode slots' cache
+# lengths are multiples of 256 (`decode_graphs._LENGTH_BUCKET`), so no split is partial there.
+SPLIT = 128
 BLOCK = 64
+WARPS = 2
 # A bias at or below this masks its position (the decode slots use the dtype's minimum, ~-3.4e38).
 MASKED = -1.0e30
 
 
 @triton.jit(do_not_specialize=["length", "splits"])  # one compilation for every cache length
-def _partial_kernel(
+def _flash_decode_partial(
     q_ptr,
     k_ptr,
     v_ptr,
@@ -111,7 +114,7 @@ def _partial_kernel(
 
 
 @triton.jit(do_not_specialize=["splits"])
-def _combine_kernel(
+def _flash_decode_combine(
     part_ptr,
     lse_ptr,
     out_ptr,
@@ -144,20 +147,29 @@ def _combine_kernel(
 
 
 def split_decode(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float | None = None
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float | None = None,
+    *,
+    split_size: int = SPLIT,
+    block_size: int = BLOCK,
+    num_warps: int = WARPS,
 ) -> torch.Tensor:
     """softmax(q kᵀ·scale + bias) v for `query: [B, H, 1, D]` over `key`, `value: [B, H_kv, S, D]` (query head h
     reads key head h // G), `bias: [B, S]` added to every head's scores (0 to attend, at most `MASKED` not to).
-    Returns `[B, H, 1, D]` in the query's dtype."""
+    Returns `[B, H, 1, D]` in the query's dtype. `split_size` (a multiple of `block_size`, both powers of two) and
+    `num_warps` (per program of the first kernel) are the kernel's tuning, for benchmarks."""
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     groups = heads // kv_heads
     scale = dim**-0.5 if scale is None else scale
-    splits = triton.cdiv(length, SPLIT)
+    splits = triton.cdiv(length, split_size)
     partial = torch.empty(batch, heads, splits, dim, dtype=torch.float32, device=query.device)
     lse = torch.empty(batch, heads, splits, dtype=torch.float32, device=query.device)
-    _partial_kernel[(batch, kv_heads, splits)](
+    _flash_decode_partial[(batch, kv_heads, splits)](
         query,
         key,
         value,
@@ -181,13 +193,14 @@ def split_decode(
         ROWS=max(16, triton.next_power_of_2(groups)),
         DIM=dim,
         DIM_PAD=max(16, triton.next_power_of_2(dim)),
-        SPLIT_SIZE=SPLIT,
-        BLOCK_SIZE=BLOCK,
+        SPLIT_SIZE=split_size,
+        BLOCK_SIZE=block_size,
         MASKED_AT=MASKED,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",  # float32: no TF32 rounding of the products
+        num_warps=num_warps,
     )
     out = torch.empty(batch, heads, 1, dim, dtype=query.dtype, device=query.device)
-    _combine_kernel[(batch, heads)](
+    _flash_decode_combine[(batch, heads)](
         partial,
         lse,
         out,
