@@ -160,6 +160,12 @@ class RolloutConfig:
     small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first
     steps of each new slot shape pay the compilation. On an H200 it gained +6.5% with hf_decode_attention=flex in the
     engine alone, nothing in the multi-turn bench, after 72 s of compilation: off (docs/PERFORMANCE.md)"""
+    hf_fuse_projections: bool = False
+    """hf only, graph cache: decode steps run each layer's q, k and v projections as one matrix product and its MLP's
+    gate and up projections as one, from concatenated copies of those weights (~0.5 GB more for a 0.5B model in
+    bfloat16, rewritten before every generation; LoRA-wrapped layers keep their own). Same products up to summation
+    order, hence off by default. On an H200 the 24 layers' products of a decode step at batch 128 took 648 against
+    933 us (docs/PERFORMANCE.md session 17)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

@@ -811,17 +811,43 @@ def test_every_decode_attention_kernel_samples_what_the_default_samples(model, n
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager-step", "compiled-step"])
+def test_fused_projections_sample_what_separate_ones_sample_after_every_weight_change(compile_decode):
+    """`fuse_projections`: q|k|v and gate|up as one product each, from copies written again at every call, so an
+    optimizer step between two calls is seen by the second."""
+    model = tiny_qwen2()
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    fused = HFEngine(model, pad_token_id=0, cache="graph", fuse_projections=True, compile_decode=compile_decode)
+    for _ in range(2):
+        want = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
+        got = fused.generate(PROMPTS, params)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        for a, b in zip(got, want):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(0.5 * torch.randn_like(parameter))
+    assert fused._graphs.fused is not None and len(fused._graphs.fused) == 4
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the split kernels and the captured graphs need CUDA")
-@pytest.mark.parametrize("compile_decode", [False, True], ids=["captured", "compiled-step"])
-def test_split_decode_attention_on_cuda_samples_what_sdpa_samples(compile_decode):
-    """The Triton kernels inside captured CUDA graphs (and, compiled, as one opaque operator of the traced step),
-    against sdpa's math kernel: a float32 model, so the products are exact up to summation order."""
+@pytest.mark.parametrize(
+    ("compile_decode", "fuse_projections"), [(False, False), (True, False), (False, True)],
+    ids=["captured", "compiled-step", "captured-fused"],
+)  # fmt: skip
+def test_split_decode_attention_on_cuda_samples_what_sdpa_samples(compile_decode, fuse_projections):
+    """The Triton kernels inside captured CUDA graphs (and, compiled, as one opaque operator of the traced step; and
+    beside fused projections), against sdpa's math kernel: a float32 model, so the products are exact up to
+    summation order."""
     model = tiny_qwen2().cuda()
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
     prompts = PROMPTS * 20  # 140 rows: a batch bucket of 256, and padding rows
     want = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math").generate(prompts, params)
-    engine = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="split", compile_decode=compile_decode)
+    engine = HFEngine(
+        model, pad_token_id=0, cache="graph", decode_attention="split", compile_decode=compile_decode,
+        fuse_projections=fuse_projections,
+    )  # fmt: skip
     got = engine.generate(prompts, params)
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     for a, b in zip(got, want):

@@ -43,6 +43,7 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             pad_widths={"auto": None, "on": True, "off": False}[rollout_cfg.hf_pad_prefill],
             decode_attention=rollout_cfg.hf_decode_attention,
             compile_decode=rollout_cfg.hf_compile_decode,
+            fuse_projections=rollout_cfg.hf_fuse_projections,
             dtype=None if rollout_cfg.dtype is None else DTYPES[rollout_cfg.dtype],
         )
     if rollout_cfg.engine == "vllm":

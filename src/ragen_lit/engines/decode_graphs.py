@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -28,6 +28,7 @@ from transformers import Cache, StaticCache
 
 from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
 from ragen_lit.models.decode_attention import KERNELS, decode_attention
+from ragen_lit.models.fused_projections import FusedProjections
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.shapes import round_up
 
@@ -133,10 +134,12 @@ class DecodeSlot:
         device: torch.device,
         attention: str = "auto",
         compiled: bool = False,
+        fused: FusedProjections | None = None,
     ):
         self.model = model
         self.attention = attention
         self.compiled = compiled
+        self.fused = fused
         self.cache_keyword = forward_cache_keyword(model)
         self.batch_size, self.length = batch_size, length
         dtype = next(model.parameters()).dtype
@@ -157,7 +160,10 @@ class DecodeSlot:
         """One forward over the static buffers (eager, or `compiled_step`'s), its attention on the `attention`
         kernel: logits `[B, V]` of the next token."""
         step = compiled_step() if self.compiled else decode_step
-        with attention_kernel(self.model, self.attention):
+        with (
+            attention_kernel(self.model, self.attention),
+            self.fused.applied() if self.fused is not None else nullcontext(),
+        ):
             return step(self.model, self.input_ids, self.mask, self.position_ids, self.cache, self.cache_keyword)
 
     def capture(self) -> None:
@@ -216,11 +222,13 @@ class DecodeGraphs:
         max_cache_bytes: int | None = None,
         attention: str = "auto",
         compiled: bool = False,
+        fuse_projections: bool = False,
     ):
         """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
         GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the attention
         kernel of the steps (a `DECODE_ATTENTION` key). `compiled`: each slot's step is the whole forward
-        through `torch.compile` (`compiled_step`), captured like the eager one."""
+        through `torch.compile` (`compiled_step`), captured like the eager one. `fuse_projections`: the steps run
+        the projections that share an input as one product (`models.fused_projections`; `refresh` before use)."""
         if attention not in DECODE_ATTENTION:
             raise ValueError(f"attention must be one of {tuple(DECODE_ATTENTION)}, got {attention!r}")
         self.model = model
@@ -228,8 +236,16 @@ class DecodeGraphs:
         self.compiled = compiled
         self.max_batch_size = max_batch_size
         self.max_cache_bytes = max_cache_bytes
+        self.fuse_projections = fuse_projections
         self._slots: OrderedDict[tuple[int, int], DecodeSlot] = OrderedDict()
         self._weights = self._weight_addresses()
+        self.fused = FusedProjections(model) if fuse_projections else None
+
+    def refresh(self) -> None:
+        """Bring the fused projections' weights up to the model's (a no-op without them): call before decoding with
+        weights that may have changed since."""
+        if self.fused is not None:
+            self.fused.refresh()
 
     def _weight_addresses(self) -> tuple[tuple[int, torch.dtype], ...]:
         return tuple((p.data_ptr(), p.dtype) for p in self.model.parameters())
@@ -239,15 +255,16 @@ class DecodeGraphs:
         weights = self._weight_addresses()
         if weights != self._weights:
             # the weights were moved or replaced (e.g. `.to(...)` off the GPU and back): a captured graph
-            # would read the freed memory, so every slot is captured again
+            # would read the freed memory, so every slot is captured again (on fused weights made anew)
             self._slots.clear()
             self._weights = weights
+            self.fused = FusedProjections(self.model) if self.fuse_projections else None
         key = (batch_bucket(batch_size, self.max_batch_size), length_bucket(length))
         slot = self._slots.pop(key, None)
         if slot is None:
             while len(self._slots) >= _MAX_SLOTS:
                 self._slots.popitem(last=False)
-            slot = DecodeSlot(self.model, *key, device, self.attention, self.compiled)
+            slot = DecodeSlot(self.model, *key, device, self.attention, self.compiled, self.fused)
             if device.type == "cuda":
                 slot.capture()
         budget = self.max_cache_bytes

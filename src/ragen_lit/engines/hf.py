@@ -280,6 +280,10 @@ class HFEngine:
             softmax ("matmul"; both in `models.decode_attention`). Same attention, other kernels.
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
             (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
+        fuse_projections: cache="graph"'s steps run each layer's q, k and v projections as one matrix product, and
+            its MLP's gate and up projections as one (`models.fused_projections`): the same products up to summation
+            order, from concatenated copies of those weights (for Qwen2.5-0.5B ~0.5 GB in bfloat16) written again at
+            every `generate` call. Off by default, as `share_prefixes`.
         reuse_turns: cache="graph" keeps each row's cache after a call, until the next `sync` or `release`: a call
             whose every prompt continues a kept row's prompt and generation, token for token (a rollout's next
             turn), copies those rows' cached positions and prefills only the new tokens (`_KeptRows`). Logits equal
@@ -303,6 +307,7 @@ class HFEngine:
         decode_attention: str = "auto",
         compile_decode: bool = False,
         reuse_turns: bool = False,
+        fuse_projections: bool = False,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -332,6 +337,7 @@ class HFEngine:
         self.decode_attention = decode_attention
         self.compile_decode = compile_decode
         self.reuse_turns = reuse_turns
+        self.fuse_projections = fuse_projections
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -593,10 +599,15 @@ class HFEngine:
         max_new_tokens = params.max_new_tokens
         if self._graphs is None:
             self._graphs = DecodeGraphs(
-                self.model, self.max_batch_size, attention=self.decode_attention, compiled=self.compile_decode
+                self.model,
+                self.max_batch_size,
+                attention=self.decode_attention,
+                compiled=self.compile_decode,
+                fuse_projections=self.fuse_projections,
             )
         with record_function("ragen/engine.slot"):
             slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
+            self._graphs.refresh()  # the weights may have changed since the last call (an optimizer step)
         with record_function("ragen/engine.load"):
             positions = prompt_mask.sum(-1)
             slot.load(prefix, copy_index, prompt_mask, positions)
