@@ -16,6 +16,7 @@ from ragen_lit.engines.base import Engine, SamplingParams
 from ragen_lit.engines.hf import (
     PREFILL_MULTIPLE,
     HFEngine,
+    _AllStopped,
     _KeptRows,
     ends_with_stop_sequence,
     left_pad,
@@ -828,6 +829,30 @@ def test_fused_projections_sample_what_separate_ones_sample_after_every_weight_c
             for parameter in model.parameters():
                 parameter.add_(0.5 * torch.randn_like(parameter))
     assert fused._graphs.fused is not None and len(fused._graphs.fused) == 4
+
+
+def test_the_finished_check_on_a_cpu_answers_at_once():
+    check = _AllStopped(torch.device("cpu"))
+    assert not check(torch.tensor([True, False]))
+    assert check(torch.tensor([True, True]))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and events need CUDA")
+def test_the_finished_check_on_a_gpu_answers_from_the_check_before_and_decodes_what_the_dynamic_cache_does():
+    check = _AllStopped(torch.device("cuda"))
+    done = torch.tensor([True, True], device="cuda")
+    assert not check(torch.tensor([True, False], device="cuda"))
+    assert not check(done)  # the previous check's answer
+    assert check(done)
+    # rows that all stop early: the loop runs on a few steps more, whose tokens are discarded
+    model = tiny_qwen2().cuda()
+    # greedy: the dynamic cache drops stopped rows, so a sampled draw would differ by the rows left
+    params = greedy(60, stop_token_ids=list(range(0, VOCAB, 5)))
+    want = HFEngine(model, pad_token_id=0, cache="dynamic").generate(PROMPTS, params)
+    got = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math").generate(PROMPTS, params)
+    assert [g.token_ids for g in got] == [g.token_ids for g in want]
+    assert all(g.finish_reason == "stop" for g in got) and max(len(g.token_ids) for g in got) < 30
 
 
 @pytest.mark.cuda

@@ -583,8 +583,8 @@ class HFEngine:
     ) -> list[Generation]:
         """The decode loop of cache="graph": every row stays in the batch until all have stopped
         (a row's tokens after its stop are discarded), so each step has the same shapes and replays
-        one captured graph; no step synchronises with the host except a finished-check every
-        `_FINISHED_CHECK_EVERY` steps."""
+        one captured graph; no step makes the host wait for the device (`_AllStopped` answers a finished-check
+        every `_FINISHED_CHECK_EVERY` steps from the check before)."""
         stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
         kept, self._kept = self._kept, None
         continued = kept.continued(prompts) if kept is not None else None
@@ -613,6 +613,7 @@ class HFEngine:
             slot.load(prefix, copy_index, prompt_mask, positions)
         del prefix
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
+        all_stopped = _AllStopped(device)
         fed = 0  # decode steps run: the first `fed` sampled tokens of every row have keys and values in the slot
         with record_function("ragen/engine.decode"):
             for step in range(max_new_tokens):
@@ -626,7 +627,7 @@ class HFEngine:
                 finished |= newly_stopped
                 if step == max_new_tokens - 1:
                     break
-                if (step + 1) % _FINISHED_CHECK_EVERY == 0 and bool(finished.all()):
+                if (step + 1) % _FINISHED_CHECK_EVERY == 0 and all_stopped(finished):
                     break
                 logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
                 fed += 1
@@ -704,6 +705,33 @@ class _KeptRows:
 
 # `_KeptRows`: the trailing tokens of a kept row's prompt and generation that key its lookup
 _KEY_TOKENS = 8
+
+
+class _AllStopped:
+    """Whether every row of a decode loop has stopped, asked without making the host wait for the device.
+
+    On a GPU a check queues a copy of `finished.all()` into pinned host memory behind the steps launched so far and
+    answers with the previous check's copy, which the device made a check period ago: the host never drains the
+    queue, so the device never idles while the host launches the next steps (a synchronous check left it idle
+    ~54 ms per multi-turn rollout on an H200: docs/PERFORMANCE.md, session 17). `finished` only grows, so a late
+    "all stopped" is still true; the loop runs at most one check period longer, and the steps after a row's stop are
+    discarded anyway. Elsewhere the current value, read at once."""
+
+    def __init__(self, device: torch.device):
+        self.flag = torch.zeros((), dtype=torch.bool, pin_memory=True) if device.type == "cuda" else None
+        self.copied: torch.cuda.Event | None = None
+
+    def __call__(self, finished: torch.Tensor) -> bool:
+        if self.flag is None:
+            return bool(finished.all())
+        answer = False
+        if self.copied is not None:
+            self.copied.synchronize()
+            answer = bool(self.flag)
+        self.flag.copy_(finished.all(), non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record()
+        return answer
 
 
 class _Stops:
