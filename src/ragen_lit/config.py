@@ -153,19 +153,24 @@ class RolloutConfig:
     """hf only, graph cache: the attention kernel of its decode steps: sdpa's auto (PyTorch's choice, cuDNN on Hopper)
     | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax) | split
     (flash-decoding: Triton kernels that split the cache and skip its masked blocks; CUDA only, else matmul). On an
-    H200's multi-turn bench auto was fastest (step +8% with efficient, +47% with math; generation +13% with flex:
-    docs/PERFORMANCE.md)"""
+    H200's multi-turn bench with kept turns, generation took 2.04-2.22 s with split against 2.25-2.26 s with auto
+    (its kernel 618 against 1068 us per step's 24 layers at a 1280-position cache); auto beat efficient, math and flex
+    (docs/PERFORMANCE.md sessions 14 and 17). Same attention up to rounding; auto stays the default, as the other
+    options that change samples within rounding are off"""
     hf_compile_decode: bool = False
     """hf only, graph cache: each one-token decode step is the whole forward through torch.compile (fuses the ~30
     small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first
-    steps of each new slot shape pay the compilation. On an H200 it gained +6.5% with hf_decode_attention=flex in the
-    engine alone, nothing in the multi-turn bench, after 72 s of compilation: off (docs/PERFORMANCE.md)"""
+    steps of each new slot shape pay the compilation. On an H200's multi-turn bench with kept turns, split decoding
+    and fused projections it took generation from 1.84 to 1.64-1.67 s (38-39k sampled tokens/s) and the step to
+    5.77 s, after ~40 s more compilation in the first iteration; with cuDNN's decode attention it gained nothing
+    (docs/PERFORMANCE.md sessions 14 and 17)"""
     hf_fuse_projections: bool = False
     """hf only, graph cache: decode steps run each layer's q, k and v projections as one matrix product and its MLP's
     gate and up projections as one, from concatenated copies of those weights (~0.5 GB more for a 0.5B model in
     bfloat16, rewritten before every generation; LoRA-wrapped layers keep their own). Same products up to summation
     order, hence off by default. On an H200 the 24 layers' products of a decode step at batch 128 took 648 against
-    933 us (docs/PERFORMANCE.md session 17)"""
+    933 us, and the multi-turn bench's generation (kept turns, split decoding) 1.83-1.87 against 2.00 s
+    (docs/PERFORMANCE.md session 17)"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False

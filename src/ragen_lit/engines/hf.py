@@ -276,8 +276,9 @@ class HFEngine:
             per shape. None: on a GPU only. (A profiled single-turn generation on an H200 spent ~0.8 s of host
             time in cuDNN attention; on that shape the padding gained nothing measurable: docs/PERFORMANCE.md.)
         decode_attention: the attention kernel of cache="graph"'s steps: sdpa's "auto" (PyTorch's choice, cuDNN on
-            Hopper GPUs), "cudnn", "efficient" or "math", or FlexAttention's ("flex") or two matrix products and a
-            softmax ("matmul"; both in `models.decode_attention`). Same attention, other kernels.
+            Hopper GPUs), "cudnn", "efficient" or "math", or FlexAttention's ("flex"), two matrix products and a
+            softmax ("matmul") or flash-decoding's Triton kernels ("split"; all three in `models.decode_attention`).
+            Same attention, other kernels.
         compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
             (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
         fuse_projections: cache="graph"'s steps run each layer's q, k and v projections as one matrix product, and
