@@ -948,11 +948,14 @@ def next_turns(prompts, generations, seed: int) -> list[list[int]]:
     ],
     ids=["to-length", "stops"],
 )
-def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params):
+@pytest.mark.parametrize("fast", [False, True], ids=["", "fused-split"])
+def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, fast):
     """`reuse_turns`: three turns of a rollout, each prompt continuing the last one's prompt and generation. The
     engine that keeps its rows prefills only the new tokens, and samples the tokens and log-probs of the engine
-    that prefills every conversation whole."""
-    kept = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share, reuse_turns=True)
+    that prefills every conversation whole (also with the other decode options of the bench's fastest line: fused
+    projections, and split decoding, which on a CPU is the matmul attention)."""
+    options = {"fuse_projections": True, "decode_attention": "split"} if fast else {}
+    kept = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share, reuse_turns=True, **options)
     whole = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share)
     continued = []
     original = kept._prefill_kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from ragen_lit.models import compile_layers
 from ragen_lit.models.fused_projections import FusedProjections
@@ -29,6 +29,15 @@ def small_llama() -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+def small_qwen3() -> Qwen3ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8,
+    )  # fmt: skip
+    return Qwen3ForCausalLM(config).eval()
+
+
 IDS = torch.tensor([[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9, 7]])
 
 
@@ -37,7 +46,9 @@ def logits(model):
         return model(input_ids=IDS).logits
 
 
-@pytest.mark.parametrize("make", [small_qwen2, small_llama], ids=["qwen2-biased-qkv", "llama"])
+@pytest.mark.parametrize(
+    "make", [small_qwen2, small_llama, small_qwen3], ids=["qwen2-biased-qkv", "llama", "qwen3-normed-qk"]
+)
 def test_fused_products_give_the_models_logits_and_every_forward_back(make):
     model = make()
     fused = FusedProjections(model)
