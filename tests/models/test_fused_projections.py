@@ -11,31 +11,26 @@ from ragen_lit.models import compile_layers
 from ragen_lit.models.fused_projections import FusedProjections
 
 
-def small_qwen2(**overrides) -> Qwen2ForCausalLM:
+def small(model_class, config_class, **overrides):
+    """A random 2-layer model of `model_class` (4 query heads over 2 key/value heads)."""
     torch.manual_seed(0)
-    config = Qwen2Config(
+    config = config_class(
         vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, **overrides,
     )  # fmt: skip
-    return Qwen2ForCausalLM(config).eval()
+    return model_class(config).eval()
+
+
+def small_qwen2(**overrides) -> Qwen2ForCausalLM:
+    return small(Qwen2ForCausalLM, Qwen2Config, **overrides)
 
 
 def small_llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+    return small(LlamaForCausalLM, LlamaConfig)
 
 
 def small_qwen3() -> Qwen3ForCausalLM:
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8,
-    )  # fmt: skip
-    return Qwen3ForCausalLM(config).eval()
+    return small(Qwen3ForCausalLM, Qwen3Config, head_dim=8)
 
 
 IDS = torch.tensor([[3, 14, 15, 9, 2, 6], [5, 3, 5, 8, 9, 7]])

@@ -39,9 +39,8 @@ class _SharedProduct:
 
     def __init__(self, linears: list[nn.Linear]):
         self.linears = linears
-        self.weight = torch.cat([linear.weight.detach() for linear in linears])
-        biases = [linear.bias for linear in linears]
-        self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        self.weight = torch.cat(self._parts("weight"))
+        self.bias = None if linears[0].bias is None else torch.cat(self._parts("bias"))
         ends = list(itertools.accumulate(linear.out_features for linear in linears))
         self.slices = [slice(start, end) for start, end in zip([0, *ends], ends)]
         self._input: torch.Tensor | None = None
@@ -49,10 +48,14 @@ class _SharedProduct:
         # made once: a compiled decode step guards on the functions it traced, so new ones would recompile it
         self.forwards = [self._member_forward(index) for index in range(len(linears))]
 
+    def _parts(self, name: str) -> list[torch.Tensor]:
+        """The members' `name` ("weight" or "bias") tensors, in order."""
+        return [getattr(linear, name).detach() for linear in self.linears]
+
     def refresh(self) -> None:
-        torch.cat([linear.weight.detach() for linear in self.linears], out=self.weight)
+        torch.cat(self._parts("weight"), out=self.weight)
         if self.bias is not None:
-            torch.cat([linear.bias.detach() for linear in self.linears], out=self.bias)
+            torch.cat(self._parts("bias"), out=self.bias)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x [W_1; W_2; ...]ᵀ (+ biases), computed once per input tensor."""
