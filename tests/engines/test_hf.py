@@ -432,7 +432,8 @@ def test_sample_next_tokens_draws_from_the_truncated_renormalised_distribution()
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
 def test_the_gumbel_max_draw_samples_the_softmax_and_reports_its_log_prob(temperature):
-    """`full_vocabulary="gumbel"` (the default on CUDA): the same distribution as the inverse-CDF draw."""
+    """`full_vocabulary="gumbel"` (V uniforms drawn into a tensor): the same distribution as the inverse-CDF draw.
+    CUDA's default, the same draw with the uniforms made inside Triton kernels, is tested in test_gumbel_kernel.py."""
     logits = torch.tensor([0.15, 0.5, 0.1, 0.25]).log().repeat(40000, 1)
     probs = torch.softmax(logits[0] / temperature, -1)
     token_ids, logprobs = sample_next_tokens(
@@ -450,19 +451,6 @@ def test_the_gumbel_max_draw_samples_the_softmax_and_reports_its_log_prob(temper
     )
     assert not torch.equal(inverse, token_ids)  # the other method: other draws of the same distribution
     assert torch.equal(sample_next_tokens(logits, temperature, 0, 1.0, torch.Generator().manual_seed(0))[0], inverse)
-    with pytest.raises(ValueError, match="full_vocabulary must be None, 'inverse_cdf' or 'gumbel'"):
-        sample_next_tokens(logits, temperature, 0, 1.0, None, full_vocabulary="multinomial")
-
-
-def test_the_compiled_gumbel_max_draw_equals_the_eager_one():
-    """What CUDA runs: `gumbel_max` through torch.compile, checked here on a CPU."""
-    from ragen_lit.engines.hf import _compiled_gumbel_max, gumbel_max
-
-    logits, uniform = torch.randn(6, 50), torch.rand(6, 50, generator=torch.Generator().manual_seed(1))
-    want = gumbel_max(logits, uniform, 0.7)
-    got = _compiled_gumbel_max()(logits, uniform, 0.7)
-    assert torch.equal(got[0], want[0])
-    torch.testing.assert_close(got[1], want[1])
 
 
 def test_sample_next_tokens_temperature_scales_logprobs_and_zero_is_argmax():
@@ -972,6 +960,33 @@ def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, fas
         assert len({len(g.token_ids) for g in a}) > 1
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the split kernels and the captured graphs need CUDA")
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["captured", "compiled-step"])
+def test_kept_turns_on_cuda_prefilled_in_the_decode_slot_sample_what_a_full_prefill_samples(compile_decode):
+    """On CUDA a kept turn's new tokens run in the decode slot (sdpa over the bucket under a `[B, 1, S, L]` bias),
+    its steps through the split kernels: three turns of 140 rows (a bucket of 256, with padding rows) against an
+    engine that prefills every conversation whole and decodes with sdpa's math kernel. A float32 model, so the
+    products are exact up to summation order."""
+    model = tiny_qwen2().cuda()
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=list(range(1, 60)))
+    kept = HFEngine(
+        model, pad_token_id=0, cache="graph", reuse_turns=True, decode_attention="split", compile_decode=compile_decode
+    )
+    whole = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math")
+    continued = []
+    original = kept._prefill_kept
+    kept._prefill_kept = lambda *args: continued.append(len(args[2])) or original(*args)
+    prompts = GROUP_PROMPTS * 20
+    for turn in range(3):
+        a, b = kept.generate(prompts, params), whole.generate(prompts, params)
+        assert [g.token_ids for g in a] == [g.token_ids for g in b]
+        for x, y in zip(a, b):
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+        prompts = next_turns(prompts, a, seed=turn)
+    assert continued == [len(prompts)] * 2
+
+
 def test_kept_rows_prefill_only_the_new_tokens(model):
     engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True, pad_widths=False)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=6)
@@ -985,10 +1000,11 @@ def test_kept_rows_prefill_only_the_new_tokens(model):
         engine.generate(following, params)
     finally:
         hook.remove()
-    # the prefill: 7 rows of their new tokens only: each generation ran to length, and its last sampled token was
-    # never fed to the model, so that token and the message (2-5 tokens) are new; then one-token decode steps
+    # the prefill, in the decode slot (its 8 rows: the 7 and a padding row): the new tokens only; each generation
+    # ran to length, and its last sampled token was never fed to the model, so that token and the message (2-5
+    # tokens) are new; then one-token decode steps
     messages = [len(f) - len(p) - len(g.token_ids) for f, p, g in zip(following, GROUP_PROMPTS, generations)]
-    assert widths[0] == (len(GROUP_PROMPTS), 1 + max(messages))
+    assert widths[0] == (8, 1 + max(messages))
     assert len(widths) > 1 and all(shape[1] == 1 for shape in widths[1:])
 
 

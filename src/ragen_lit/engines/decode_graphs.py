@@ -200,6 +200,54 @@ class DecodeSlot:
         self.position_ids.zero_()
         self.position_ids[:batch, 0] = positions
 
+    def adopt(self, source: DecodeSlot, rows: torch.Tensor, width: int) -> None:
+        """Copy the first `width` cache columns of `source`'s rows `rows` into this slot's first `len(rows)` rows
+        (`source` may be this slot: the rows are gathered before they are written)."""
+        batch = rows.shape[0]
+        for layer, kept in zip(self.cache.layers, source.cache.layers):
+            layer.keys[:batch, :, :width] = kept.keys[rows, :, :width]
+            layer.values[:batch, :, :width] = kept.values[rows, :, :width]
+
+    def prefill(
+        self, input_ids: torch.Tensor, prompt_mask: torch.Tensor, position_ids: torch.Tensor, width: int
+    ) -> torch.Tensor:
+        """Run `input_ids: [b, S]` (a kept turn's new tokens, left-padded) at cache columns `[width, width + S)`
+        on top of the columns before (`adopt`), then start decoding after them as `load` does. `prompt_mask:
+        [b, width + S] bool` the positions each row attends, `position_ids: [b, S]`. Each new token attends its
+        row's masked positions up to its own column: sdpa over the whole bucket under a `[B, 1, S, L]` bias (the
+        slot's one-token kernels serve the decode steps; its sdpa backend, if one is named, serves this too).
+        Padding rows of the bucket attend column 0. Returns the logits of each row's last token, `[b, V]`."""
+        batch, new = input_ids.shape
+        device = input_ids.device
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(width)  # the cache writes the S new keys and values from here
+        ids = torch.zeros(self.batch_size, new, dtype=input_ids.dtype, device=device)
+        ids[:batch] = input_ids
+        positions = torch.zeros(self.batch_size, new, dtype=position_ids.dtype, device=device)
+        positions[:batch] = position_ids
+        attend = torch.zeros(self.batch_size, self.length, dtype=torch.bool, device=device)
+        attend[:batch, : width + new] = prompt_mask
+        attend[batch:, 0] = True
+        columns = torch.arange(self.length, device=device)
+        causal = columns[None, :] <= width + torch.arange(new, device=device)[:, None]  # [S, L]
+        bias = torch.zeros(self.batch_size, 1, new, self.length, dtype=self.mask.dtype, device=device)
+        bias.masked_fill_(~(attend[:, None, None, :] & causal), self.mask_min)
+        with attention_kernel(self.model, self.attention):
+            out = self.model(
+                input_ids=ids,
+                attention_mask=bias,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.cache_keyword: self.cache},
+            )
+        self.mask.fill_(self.mask_min)
+        self.mask[:batch, 0, 0, : width + new].masked_fill_(prompt_mask, 0.0)
+        self.mask[batch:, 0, 0, 0] = 0.0
+        self.position_ids.zero_()
+        self.position_ids[:batch, 0] = prompt_mask.sum(-1)
+        return out.logits[:batch, -1]
+
     def step(self, next_ids: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
         """Feed one token per row (written at cache column `column`); return logits `[B, V]`."""
         batch = next_ids.shape[0]

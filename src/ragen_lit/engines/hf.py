@@ -27,7 +27,6 @@ overwrites in place (captured decode graphs stay valid).
 from __future__ import annotations
 
 import copy
-import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from torch.profiler import record_function
 from transformers import Cache, DynamicCache, StaticCache
 
 from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
-from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, unsupported_reason
+from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, DecodeSlot, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.shapes import round_up
@@ -51,6 +50,9 @@ PREFILL_MULTIPLE = 64
 # median tokens/s dynamic/static cache: never drop 272/332, drop at 50% 308/503, at 25% 446/616,
 # at 10% 547/690, at 3% 562/601.
 _DROP_FINISHED_FRACTION = 0.1
+
+# `sample_next_tokens(full_vocabulary=...)`: the ways a draw over the whole vocabulary is made
+FULL_VOCABULARY_DRAWS = ("inverse_cdf", "gumbel", "philox")
 
 # Tokens tried before a full sort when sampling with top-p alone (see `sample_next_tokens`).
 _NUCLEUS_PROBE = 256
@@ -105,21 +107,26 @@ def sample_next_tokens(
     log_softmax(logits / T) over the full vocabulary, before truncation.
 
     `full_vocabulary`: how a draw over the whole vocabulary (no top-k, top-p 1) is made, "inverse_cdf"
-    (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32) or "gumbel" (`gumbel_max`:
-    V uniforms per row, one fused pass on a GPU); None: gumbel on CUDA, inverse_cdf elsewhere. The same
-    distribution, other draws.
+    (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32), "gumbel" (`gumbel_max`: V
+    uniforms per row drawn into a tensor) or "philox" (`engines.gumbel_kernel`: the Gumbel-max draw in two Triton
+    kernels that make their uniforms in registers, from a seed drawn from `generator`; needs a CUDA device or
+    Triton's interpreter); None: philox on CUDA, inverse_cdf elsewhere. The same distribution, other draws.
 
     Returns `token_ids: [B] long`, `logprobs: [B] float32`.
     """
-    if full_vocabulary not in (None, "inverse_cdf", "gumbel"):
-        raise ValueError(f"full_vocabulary must be None, 'inverse_cdf' or 'gumbel', got {full_vocabulary!r}")
+    if full_vocabulary not in (None, *FULL_VOCABULARY_DRAWS):
+        raise ValueError(f"full_vocabulary must be None or one of {FULL_VOCABULARY_DRAWS}, got {full_vocabulary!r}")
     vocab_size = logits.shape[-1]
     if temperature != 0 and not 0 < top_k < vocab_size and top_p >= 1:
-        method = full_vocabulary or ("gumbel" if logits.is_cuda else "inverse_cdf")
+        method = full_vocabulary or ("philox" if logits.is_cuda else "inverse_cdf")
         if method == "gumbel":
             uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
-            draw = _compiled_gumbel_max() if logits.is_cuda else gumbel_max
-            return draw(logits, uniform, float(temperature))
+            return gumbel_max(logits, uniform, float(temperature))
+        if method == "philox":
+            from ragen_lit.engines.gumbel_kernel import gumbel_sample  # Triton: CUDA machines (or its interpreter)
+
+            seed = torch.randint(0, 2**62, (1,), generator=generator, device=logits.device)
+            return gumbel_sample(logits, float(temperature), seed)
     logits = logits.float()
     if temperature == 0:
         logprobs = torch.log_softmax(logits, dim=-1)
@@ -156,12 +163,6 @@ def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) 
     token_ids = (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
     chosen = scaled.gather(-1, token_ids[:, None])[:, 0]
     return token_ids, chosen - torch.logsumexp(scaled, dim=-1)
-
-
-@functools.cache
-def _compiled_gumbel_max():
-    """`gumbel_max` through `torch.compile` (made on first use; a second row count makes the rows dynamic)."""
-    return torch.compile(gumbel_max)
 
 
 def _inverse_cdf_sample(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -589,15 +590,6 @@ class HFEngine:
         stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
         kept, self._kept = self._kept, None
         continued = kept.continued(prompts) if kept is not None else None
-        # the regions name the host's work in profiles (`bench.profiling.idle_gaps`)
-        with record_function("ragen/engine.prefill"):
-            if continued is not None:
-                logits, prefix, prompt_mask, copy_index = self._prefill_kept(kept, continued, prompts, device)
-            else:
-                logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
-        del kept
-        batch_size, prompt_width = prompt_mask.shape
-        max_new_tokens = params.max_new_tokens
         if self._graphs is None:
             self._graphs = DecodeGraphs(
                 self.model,
@@ -606,13 +598,23 @@ class HFEngine:
                 compiled=self.compile_decode,
                 fuse_projections=self.fuse_projections,
             )
-        with record_function("ragen/engine.slot"):
-            slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
-            self._graphs.refresh()  # the weights may have changed since the last call (an optimizer step)
-        with record_function("ragen/engine.load"):
-            positions = prompt_mask.sum(-1)
-            slot.load(prefix, copy_index, prompt_mask, positions)
-        del prefix
+        # the regions name the host's work in profiles (`bench.profiling.idle_gaps`)
+        with record_function("ragen/engine.prefill"):
+            if continued is not None:
+                logits, slot, prompt_mask = self._prefill_kept(kept, continued, prompts, params.max_new_tokens, device)
+            else:
+                logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+        del kept
+        batch_size, prompt_width = prompt_mask.shape
+        max_new_tokens = params.max_new_tokens
+        positions = prompt_mask.sum(-1)
+        if continued is None:
+            with record_function("ragen/engine.slot"):
+                slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
+            with record_function("ragen/engine.load"):
+                slot.load(prefix, copy_index, prompt_mask, positions)
+            del prefix
+        self._graphs.refresh()  # the weights may have changed since the last call (an optimizer step)
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
         all_stopped = _AllStopped(device)
         fed = 0  # decode steps run: the first `fed` sampled tokens of every row have keys and values in the slot
@@ -639,26 +641,29 @@ class HFEngine:
         return generations
 
     def _prefill_kept(
-        self, kept: _KeptRows, continued: list[int], prompts: list[list[int]], device: torch.device
-    ) -> tuple[torch.Tensor, Cache, torch.Tensor, None]:
-        """Prefill rows that continue kept rows (`continued[b]`: the kept row prompt b continues): their cached
-        positions copied from the kept slot (masked after each row's reused tokens), then each row's new tokens
-        (left-padded) on top, as `_prefill_shared` does with a computed prefix. Same returns as `_prefill`."""
+        self, kept: _KeptRows, continued: list[int], prompts: list[list[int]], max_new_tokens: int, device: torch.device
+    ) -> tuple[torch.Tensor, DecodeSlot, torch.Tensor]:
+        """Prefill rows that continue kept rows (`continued[b]`: the kept row prompt b continues) in the decode slot
+        they will decode in: their cached positions copied from the kept slot (masked after each row's reused
+        tokens), then each row's new tokens (left-padded) run on top at the columns after them, positions
+        continuing (`DecodeSlot.prefill`). Returns the last logits `[B, V]`, the slot, loaded to decode, and the
+        mask `[B, W]` of the positions each row attends."""
         rows = torch.tensor(continued, device=device)
         reused = [kept.reused(j) for j in continued]  # the prompt tokens each row's cache already holds
         suffixes = [prompt[n:] for prompt, n in zip(prompts, reused)]
         suffix_ids, suffix_mask = self._left_pad(suffixes, device)
         width = kept.prompt_mask.shape[1] + kept.fed
-        cache = DynamicCache(config=self.model.config)
-        for index, layer in enumerate(kept.slot.cache.layers):
-            cache.update(layer.keys[rows, :, :width], layer.values[rows, :, :width], index)
         generated = torch.tensor([n - len(kept.prompts[j]) for j, n in zip(continued, reused)], device=device)
         cached_mask = torch.cat(
             [kept.prompt_mask[rows], torch.arange(kept.fed, device=device) < generated[:, None]], dim=1
         )
         attention_mask = torch.cat([cached_mask, suffix_mask], dim=1)
         position_ids = kept.positions[rows, None] + generated[:, None] + (suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        return self._forward_prompt(suffix_ids, attention_mask, position_ids, cache), cache, attention_mask, None
+        with record_function("ragen/engine.slot"):
+            slot = self._graphs.slot(len(prompts), attention_mask.shape[1] + max_new_tokens, device)
+        with record_function("ragen/engine.load"):
+            slot.adopt(kept.slot, rows, width)
+        return slot.prefill(suffix_ids, attention_mask, position_ids, width), slot, attention_mask
 
 
 class _KeptRows:
