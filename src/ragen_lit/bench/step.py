@@ -127,6 +127,7 @@ class PipelineProbe(L.Callback):
         self.phase_profiles: dict[str, dict] = {}
         self._profiler = None
         self.trajectories = []
+        self.sampled: dict[int, int] = {}  # per iteration: the tokens its rollouts sampled
         self.minibatches = []
         self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
         self.epoch_ends: dict[int, float] = {}
@@ -141,6 +142,7 @@ class PipelineProbe(L.Callback):
             profiler = start_profiler(clock.device) if epoch() == self.profile_iteration else None
             with clock.phase("generation", epoch()):
                 self.trajectories = run_rollouts(*args, **kwargs)
+            self.sampled[epoch()] = sum(sum(t.loss_mask) for t in self.trajectories)
             if profiler is not None:
                 self.phase_profiles["generation"] = stop_profiler(profiler, clock.seconds[epoch()]["generation"])
             return self.trajectories
@@ -290,7 +292,7 @@ def _run(args, save, folder: str) -> dict:
     counts = [update_flops(model_config, probe.update_masks[i], policy_weights, critic_weights) for i in steady]
     flops, naive_flops = (sum(c[k] for c in counts) / len(steady) for k in (0, 1))
     trained = sum(int(mb["attention_mask"].sum()) for i in steady for mb in probe.update_masks[i]) / len(steady)
-    last = per_iteration[-1]  # the iteration whose rollouts and mini-batches were kept (generation tokens/s, baselines)
+    last = per_iteration[-1]  # the iteration whose rollouts and mini-batches were kept (the baselines)
     peak_flops = PEAK_FLOPS if device.type == "cuda" else float("nan")
     r = cfg.rollout
     results = {
@@ -350,7 +352,10 @@ def _run(args, save, folder: str) -> dict:
             "diagnostics_share": amortised / step_s,
         },
         "throughput": {
-            "generation_tokens_per_s": sampled / last["generation"],
+            # the steady iterations' sampled tokens over their generation seconds: the same iterations as the
+            # seconds column (before session 18 the last iteration's alone)
+            "generation_tokens_per_s": sum(probe.sampled[i] for i in steady)
+            / sum(per_iteration[i]["generation"] for i in steady),
             "training_tokens_per_s": trained / mean["update"],
             "last_update_s": last["update"],
             "update_flops": flops,
