@@ -157,8 +157,8 @@ def sample_next_tokens(
 def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A draw from softmax(logits / T) per row by the Gumbel-max trick: argmax(logits / T - log(-log u)) with
     `uniform: [B, V]` i.i.d. in [0, 1); and its log-prob log_softmax(logits / T) at the drawn token (one
-    log-sum-exp). Element-wise work and two row reductions, which `torch.compile` fuses into a pass or two.
-    Returns `token_ids: [B] long`, `logprobs: [B] float32`."""
+    log-sum-exp). The reference of `engines.gumbel_kernel`, which makes its uniforms inside its kernels (CUDA's
+    default). Returns `token_ids: [B] long`, `logprobs: [B] float32`."""
     scaled = logits.float() / temperature
     token_ids = (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
     chosen = scaled.gather(-1, token_ids[:, None])[:, 0]
