@@ -6,12 +6,9 @@ marked `cuda` run the compiled kernels on the engine's shape."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from tests.models.triton_interpreter import interpreted as run_interpreted
 
 from ragen_lit.engines.hf import sample_next_tokens
 
@@ -30,14 +27,8 @@ torch.save(out, sys.argv[2])
 
 
 def interpreted(cases, tmp_path, draws=()):
-    torch.save((cases, list(draws)), tmp_path / "cases.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", _INTERPRET, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    return torch.load(tmp_path / "out.pt")
+    """`gumbel_sample` on each case, then `sample_next_tokens(full_vocabulary="philox")` on each draw, interpreted."""
+    return run_interpreted(_INTERPRET, (cases, list(draws)), tmp_path)
 
 
 def test_interpreted_draws_follow_the_softmax_at_every_temperature(tmp_path):

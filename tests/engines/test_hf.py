@@ -926,6 +926,25 @@ def next_turns(prompts, generations, seed: int) -> list[list[int]]:
     ]
 
 
+def three_turns_alike(kept: HFEngine, whole: HFEngine, prompts, params, tolerance: float):
+    """Three turns of a rollout from `prompts`, each prompt continuing the last one's prompt and generation: the
+    engine that keeps its rows (`reuse_turns`) samples the tokens, and the log-probs within `tolerance`, of the one
+    that prefills every conversation whole, and turns 2 and 3 continue every kept row. Returns turn 3's generations."""
+    continued = []
+    original = kept._prefill_kept
+    kept._prefill_kept = lambda *args: continued.append(len(args[2])) or original(*args)
+    generations = []
+    for turn in range(3):
+        if turn:
+            prompts = next_turns(prompts, generations, seed=turn - 1)
+        generations, whole_generations = kept.generate(prompts, params), whole.generate(prompts, params)
+        assert [g.token_ids for g in generations] == [g.token_ids for g in whole_generations]
+        for x, y in zip(generations, whole_generations):
+            assert x.logprobs == pytest.approx(y.logprobs, abs=tolerance)
+    assert continued == [len(prompts)] * 2
+    return generations
+
+
 @pytest.mark.parametrize("share", [False, True])
 @pytest.mark.parametrize(
     "params",
@@ -945,17 +964,7 @@ def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, fas
     options = {"fuse_projections": True, "decode_attention": "split"} if fast else {}
     kept = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share, reuse_turns=True, **options)
     whole = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share)
-    continued = []
-    original = kept._prefill_kept
-    kept._prefill_kept = lambda *args: continued.append(len(args[2])) or original(*args)
-    prompts = GROUP_PROMPTS
-    for turn in range(3):
-        a, b = kept.generate(prompts, params), whole.generate(prompts, params)
-        assert [g.token_ids for g in a] == [g.token_ids for g in b]
-        for x, y in zip(a, b):
-            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
-        prompts = next_turns(prompts, a, seed=turn)
-    assert continued == [len(GROUP_PROMPTS)] * 2  # turns 2 and 3 continued every kept row
+    a = three_turns_alike(kept, whole, GROUP_PROMPTS, params, tolerance=1e-5)
     if params.stop_token_ids:
         assert len({len(g.token_ids) for g in a}) > 1
 
@@ -974,17 +983,7 @@ def test_kept_turns_on_cuda_prefilled_in_the_decode_slot_sample_what_a_full_pref
         model, pad_token_id=0, cache="graph", reuse_turns=True, decode_attention="split", compile_decode=compile_decode
     )
     whole = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math")
-    continued = []
-    original = kept._prefill_kept
-    kept._prefill_kept = lambda *args: continued.append(len(args[2])) or original(*args)
-    prompts = GROUP_PROMPTS * 20
-    for turn in range(3):
-        a, b = kept.generate(prompts, params), whole.generate(prompts, params)
-        assert [g.token_ids for g in a] == [g.token_ids for g in b]
-        for x, y in zip(a, b):
-            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
-        prompts = next_turns(prompts, a, seed=turn)
-    assert continued == [len(prompts)] * 2
+    three_turns_alike(kept, whole, GROUP_PROMPTS * 20, params, tolerance=1e-4)
 
 
 def test_kept_rows_prefill_only_the_new_tokens(model):

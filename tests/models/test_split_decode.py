@@ -7,12 +7,9 @@ compiled kernels in bfloat16, inside a model's decode step and the engine's capt
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from tests.models.triton_interpreter import interpreted as run_interpreted
 
 # the kernels' split and block sizes (`models.split_decode.SPLIT`, `BLOCK`, checked below): that module imports
 # Triton, which only the main test environment installs, and every environment collects this file
@@ -30,14 +27,7 @@ torch.save([split_decode(*case) for case in cases], sys.argv[2])
 
 def interpreted(cases, tmp_path):
     """`split_decode(*case)` for each case, in Triton's interpreter."""
-    torch.save(cases, tmp_path / "cases.pt")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", _INTERPRET, str(tmp_path / "cases.pt"), str(tmp_path / "out.pt")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    return torch.load(tmp_path / "out.pt")
+    return run_interpreted(_INTERPRET, cases, tmp_path)
 
 
 def repeated(query, key, value, bias, scale):
