@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.models.triton_interpreter import interpreted as run_interpreted
+from tests.models.triton_checks import compile_for_hopper
+from tests.models.triton_checks import interpreted as run_interpreted
 
 # the kernels' split and block sizes (`models.split_decode.SPLIT`, `BLOCK`, checked below): that module imports
 # Triton, which only the main test environment installs, and every environment collects this file
@@ -70,6 +71,26 @@ def test_interpreted_kernels_equal_sdpa_over_repeated_keys(tmp_path, batch, head
     for got, inputs in zip(interpreted(cases, tmp_path), cases, strict=True):
         assert got.shape == inputs[0].shape and got.dtype == inputs[0].dtype
         torch.testing.assert_close(got, repeated(*inputs), atol=2e-5, rtol=1e-4)
+
+
+def test_the_kernels_compile_for_a_hopper_gpu_without_one():
+    """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed), at the bench's shape (7
+    query heads per key/value head of 64) in bf16."""
+    from ragen_lit.models import split_decode
+
+    partial = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr")}
+    partial |= {"out_ptr": "*fp32", "lse_ptr": "*fp32"}
+    partial |= dict.fromkeys(
+        ["q_stride_b", "q_stride_h", "k_stride_b", "k_stride_h", "k_stride_s", "v_stride_b", "v_stride_h",
+         "v_stride_s", "bias_stride_b", "bias_stride_s", "length", "splits"], "i32",
+    )  # fmt: skip
+    partial["scale"] = "fp32"
+    constants = {"GROUPS": 7, "ROWS": 16, "DIM": 64, "DIM_PAD": 64, "SPLIT_SIZE": SPLIT, "BLOCK_SIZE": BLOCK,
+                 "MASKED_AT": split_decode.MASKED, "PRECISION": "tf32"}  # fmt: skip
+    assert compile_for_hopper(split_decode._flash_decode_partial, partial, constants, split_decode.WARPS)
+    combine = {"part_ptr": "*fp32", "lse_ptr": "*fp32", "out_ptr": "*bf16", "out_stride_b": "i32",
+               "out_stride_h": "i32", "heads": "i32", "splits": "i32"}  # fmt: skip
+    assert compile_for_hopper(split_decode._flash_decode_combine, combine, {"SPLITS": 16, "DIM": 64, "DIM_PAD": 64}, 4)
 
 
 def test_the_cases_cover_the_kernels_blocks_and_splits():
