@@ -75,6 +75,18 @@ def test_interpreted_draws_depend_on_the_seed_and_not_on_the_chunking(tmp_path):
     assert torch.equal(engine[0], engine_again[0])  # a seeded generator's seed: the same draws
 
 
+def test_the_default_draw_is_the_kernel_on_cuda_with_triton_and_the_tensor_gumbel_without(monkeypatch):
+    import importlib.util
+
+    from ragen_lit.engines.hf import default_full_vocabulary_draw
+
+    assert default_full_vocabulary_draw(is_cuda=False) == "inverse_cdf"
+    assert default_full_vocabulary_draw(is_cuda=True) == "philox"  # this environment installs Triton
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "triton" else find_spec(name))
+    assert default_full_vocabulary_draw(is_cuda=True) == "gumbel"
+
+
 def test_bad_temperature_and_unknown_draw_are_refused():
     from ragen_lit.engines.gumbel_kernel import gumbel_sample
 

@@ -27,6 +27,7 @@ overwrites in place (captured decode graphs stay valid).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,7 +111,7 @@ def sample_next_tokens(
     (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32), "gumbel" (`gumbel_max`: V
     uniforms per row drawn into a tensor) or "philox" (`engines.gumbel_kernel`: the Gumbel-max draw in two Triton
     kernels that make their uniforms in registers, from a seed drawn from `generator`; needs a CUDA device or
-    Triton's interpreter); None: philox on CUDA, inverse_cdf elsewhere. The same distribution, other draws.
+    Triton's interpreter); None: `default_full_vocabulary_draw`. The same distribution, other draws.
 
     Returns `token_ids: [B] long`, `logprobs: [B] float32`.
     """
@@ -118,7 +119,7 @@ def sample_next_tokens(
         raise ValueError(f"full_vocabulary must be None or one of {FULL_VOCABULARY_DRAWS}, got {full_vocabulary!r}")
     vocab_size = logits.shape[-1]
     if temperature != 0 and not 0 < top_k < vocab_size and top_p >= 1:
-        method = full_vocabulary or ("philox" if logits.is_cuda else "inverse_cdf")
+        method = full_vocabulary or default_full_vocabulary_draw(logits.is_cuda)
         if method == "gumbel":
             uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
             return gumbel_max(logits, uniform, float(temperature))
@@ -152,6 +153,14 @@ def sample_next_tokens(
     choice = _inverse_cdf_sample(candidate_logprobs.exp(), generator)
     token_ids = choice if candidate_ids is None else candidate_ids.gather(-1, choice[:, None])[:, 0]
     return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
+
+
+def default_full_vocabulary_draw(is_cuda: bool) -> str:
+    """`sample_next_tokens`' draw when none is named: "philox" on CUDA where Triton is installed (PyTorch's CUDA builds
+    for Linux bring it), "gumbel" on CUDA without it, "inverse_cdf" elsewhere (V uniforms per row are slow there)."""
+    if not is_cuda:
+        return "inverse_cdf"
+    return "philox" if importlib.util.find_spec("triton") is not None else "gumbel"
 
 
 def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
