@@ -61,7 +61,8 @@ def decode_step(
     cache: StaticCache,
     cache_keyword: str,
 ) -> torch.Tensor:
-    """One one-token forward over a slot's buffers (the cache written in place): logits `[B, V]`."""
+    """One forward over a slot's buffers (the cache written in place): a decode step's one token per row, or a kept
+    turn's new tokens (`DecodeSlot.prefill`); the logits of each row's last token `[B, V]`."""
     out = model(
         input_ids=input_ids,
         attention_mask=mask,
@@ -194,6 +195,12 @@ class DecodeSlot:
             static_layer.keys[:batch, :, :width].copy_(keys)
             static_layer.values[:batch, :, :width].copy_(values)
             static_layer.cumulative_length.fill_(width)
+        self._start_decoding(prompt_mask, positions)
+
+    def _start_decoding(self, prompt_mask: torch.Tensor, positions: torch.Tensor) -> None:
+        """The mask and positions of the first decode step: each of the `b` rows attends its `prompt_mask: [b, W]`
+        positions, padding rows position 0; row b's next token sits at `positions[b]`."""
+        batch, width = prompt_mask.shape
         self.mask.fill_(self.mask_min)
         self.mask[:batch, 0, 0, :width].masked_fill_(prompt_mask, 0.0)
         self.mask[batch:, 0, 0, 0] = 0.0
@@ -233,20 +240,9 @@ class DecodeSlot:
         bias = torch.zeros(self.batch_size, 1, new, self.length, dtype=self.mask.dtype, device=device)
         bias.masked_fill_(~(attend[:, None, None, :] & causal), self.mask_min)
         with attention_kernel(self.model, self.attention):
-            out = self.model(
-                input_ids=ids,
-                attention_mask=bias,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self.cache_keyword: self.cache},
-            )
-        self.mask.fill_(self.mask_min)
-        self.mask[:batch, 0, 0, : width + new].masked_fill_(prompt_mask, 0.0)
-        self.mask[batch:, 0, 0, 0] = 0.0
-        self.position_ids.zero_()
-        self.position_ids[:batch, 0] = prompt_mask.sum(-1)
-        return out.logits[:batch, -1]
+            logits = decode_step(self.model, ids, bias, positions, self.cache, self.cache_keyword)
+        self._start_decoding(prompt_mask, prompt_mask.sum(-1))
+        return logits[:batch]
 
     def step(self, next_ids: torch.Tensor, positions: torch.Tensor, column: int) -> torch.Tensor:
         """Feed one token per row (written at cache column `column`); return logits `[B, V]`."""

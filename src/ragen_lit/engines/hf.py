@@ -612,17 +612,11 @@ class HFEngine:
             if continued is not None:
                 logits, slot, prompt_mask = self._prefill_kept(kept, continued, prompts, params.max_new_tokens, device)
             else:
-                logits, prefix, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
+                logits, slot, prompt_mask = self._prefill_into_slot(prompts, params.max_new_tokens, device)
         del kept
         batch_size, prompt_width = prompt_mask.shape
         max_new_tokens = params.max_new_tokens
         positions = prompt_mask.sum(-1)
-        if continued is None:
-            with record_function("ragen/engine.slot"):
-                slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
-            with record_function("ragen/engine.load"):
-                slot.load(prefix, copy_index, prompt_mask, positions)
-            del prefix
         self._graphs.refresh()  # the weights may have changed since the last call (an optimizer step)
         token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
         all_stopped = _AllStopped(device)
@@ -648,6 +642,18 @@ class HFEngine:
         if self.reuse_turns:
             self._kept = _KeptRows(slot, prompts, [g.token_ids for g in generations], prompt_mask, positions, fed)
         return generations
+
+    def _prefill_into_slot(
+        self, prompts: list[list[int]], max_new_tokens: int, device: torch.device
+    ) -> tuple[torch.Tensor, DecodeSlot, torch.Tensor]:
+        """`_prefill`, its cache then loaded into the decode slot of its shape. Same returns as `_prefill_kept`."""
+        logits, prefix, prompt_mask, copy_index = self._prefill(prompts, max_new_tokens, device)
+        batch_size, prompt_width = prompt_mask.shape
+        with record_function("ragen/engine.slot"):
+            slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
+        with record_function("ragen/engine.load"):
+            slot.load(prefix, copy_index, prompt_mask, prompt_mask.sum(-1))
+        return logits, slot, prompt_mask
 
     def _prefill_kept(
         self, kept: _KeptRows, continued: list[int], prompts: list[list[int]], max_new_tokens: int, device: torch.device
