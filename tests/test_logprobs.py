@@ -12,6 +12,7 @@ from ragen_lit.logprobs import (
     default_position_ids,
     mean_abs_logprob_diff,
     pack_rows,
+    scored_positions,
     token_logprobs,
 )
 
@@ -234,6 +235,39 @@ def test_right_padded_batches_reach_the_attention_without_a_mask(scorer):
     else:
         token_logprobs(model, input_ids, mask)
     assert len(masks) == len(model.model.layers) and all(m is None for m in masks)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("left", [False, True])
+def test_host_copies_of_the_masks_give_the_same_scores_and_are_what_is_read(packed, left):
+    """`host_masks` (a micro-batch's CPU copies of its masks, so that the forward need not wait for the device):
+    the same log-probs, entropies and values as reading the masks themselves; and the host copies are what
+    decides the layout: a host score mask that selects fewer positions scores only those."""
+    from ragen_lit.models import Critic
+
+    model = tiny_model("qwen2")
+    input_ids, mask = padded_batch([7, 4, 6], total=7, left=left)
+    score = mask.clone()
+    score[:, :3] = False
+    want = token_logprobs(model, input_ids, mask, score_mask=score, with_entropy=True, packed=packed)
+    got = token_logprobs(
+        model, input_ids, mask, score_mask=score, with_entropy=True, packed=packed, host_masks=(mask, score)
+    )
+    assert torch.equal(got.logprobs, want.logprobs) and torch.equal(got.entropy, want.entropy)
+    assert (want.logprobs[:, 4:] != 0).sum() == (score[:, 4:] & mask[:, 3:-1]).sum() > 0
+    fewer = score.clone()
+    fewer[:, :5] = False
+    narrowed = token_logprobs(model, input_ids, mask, score_mask=score, packed=packed, host_masks=(mask, fewer))
+    assert torch.equal(narrowed.logprobs[:, 5:], want.logprobs[:, 5:]) and not narrowed.logprobs[:, :5].any()
+    critic = Critic(model.model, model.config.hidden_size)
+    torch.nn.init.normal_(critic.value_head.weight)
+    values = critic(input_ids, mask, packed=packed)
+    assert values.abs().sum() > 0
+    assert torch.equal(critic(input_ids, mask, packed=packed, host_mask=mask), values)
+    rows, prev = scored_positions(mask, score)
+    assert torch.equal(torch.stack([rows, prev], 1), (mask[:, 1:] & mask[:, :-1] & score[:, 1:]).nonzero())
+    with pytest.raises(ValueError, match="host_masks must be CPU copies"):
+        token_logprobs(model, input_ids, mask, host_masks=(mask[:, 1:], None))
 
 
 def test_pack_rows_lays_the_real_tokens_end_to_end_with_positions_restarting():

@@ -283,6 +283,10 @@ class OptimConfig:
     """AdamW betas"""
     grad_clip: float = checked(1.0, ge=0.0)
     """gradient norm clip (0 = off)"""
+    adamw_kernel: str = checked("auto", choices=("auto", "fused", "foreach"))
+    """how AdamW runs its step: fused (one kernel per parameter group) | foreach (a few multi-tensor kernels per
+    operation of the update rule) | auto: fused where the weights are on a GPU and not sharded by FSDP, else PyTorch's
+    default. The same update up to rounding (docs/PERFORMANCE.md, session 19)"""
     warmup_steps: int = checked(0, ge=0)
     """linear learning-rate warm-up (optimizer steps)"""
     lr_decay: str = checked("constant", choices=LR_DECAYS)

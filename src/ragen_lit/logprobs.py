@@ -44,7 +44,39 @@ def default_position_ids(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def decoder_inputs(attention_mask: Tensor) -> tuple[Tensor | None, Tensor]:
+def on_device(host: Tensor, device: torch.device) -> Tensor:
+    """A CPU tensor copied to `device` without the host waiting for the device's queued work (pinned memory,
+    a non-blocking copy on a GPU)."""
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
+
+
+def scored_positions(
+    attention_mask: Tensor, score_mask: Tensor | None = None, *, device: torch.device | None = None
+) -> tuple[Tensor, Tensor]:
+    """`(rows, prev)` [M] long: the positions t-1 whose next token t is scored (tokens t-1 and t real, and
+    `score_mask[:, t]` if given), row-major. Masks on the CPU (a micro-batch's host copies) are read there and the
+    result is sent to `device` without waiting for it; masks on a device make the host wait for that device
+    (`nonzero`)."""
+    scored = attention_mask[:, 1:].bool() & attention_mask[:, :-1].bool()  # [B, T-1]
+    if score_mask is not None:
+        scored = scored & score_mask[:, 1:].bool()
+    rows, prev = scored.nonzero(as_tuple=True)
+    if device is not None and rows.device != device:
+        rows, prev = on_device(rows, device), on_device(prev, device)
+    return rows, prev
+
+
+def _holes(attention_mask: Tensor) -> bool:
+    """Whether a real token follows a padding position in some row (left padding, holes)."""
+    mask = attention_mask.bool()
+    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+def decoder_inputs(attention_mask: Tensor, host_mask: Tensor | None = None) -> tuple[Tensor | None, Tensor]:
     """The attention mask and position ids a decoder without a KV cache needs for `attention_mask` [B, T].
 
     Right-padded rows (every row's real tokens are a prefix) need no mask: under causal attention a real
@@ -53,10 +85,10 @@ def decoder_inputs(attention_mask: Tensor) -> tuple[Tensor | None, Tensor]:
     `arange(T)` for every row, counting on through the padding: positions that stop at the padding (as
     `default_position_ids` gives) make transformers read each row as several packed sequences and build
     the dense mask after all. Other padding: the mask itself and `default_position_ids`. Outputs at
-    padding positions differ between the two forms and are never used.
+    padding positions differ between the two forms and are never used. `host_mask`: the same mask on the CPU,
+    which the padding check then reads instead of waiting for the device.
     """
-    mask = attention_mask.bool()
-    if bool((mask[:, 1:] & ~mask[:, :-1]).any()):  # a real token after a padding position
+    if _holes(attention_mask if host_mask is None else host_mask):
         return attention_mask.long(), default_position_ids(attention_mask)
     batch, length = attention_mask.shape
     return None, torch.arange(length, device=attention_mask.device).expand(batch, length)
@@ -73,15 +105,19 @@ class PackedRows(NamedTuple):
     """[B, T] long: where each real token of the batch sits in the packed sequence (0 at padding: never read)"""
 
 
-def pack_rows(input_ids: Tensor, attention_mask: Tensor) -> PackedRows:
+def pack_rows(input_ids: Tensor, attention_mask: Tensor, host_mask: Tensor | None = None) -> PackedRows:
     """`input_ids` [B, T] without their padding (`attention_mask` [B, T], any padding side, holes too).
 
     Positions count real tokens only (`default_position_ids`), as the padded forward gives them, so a
     decoder sees every row exactly as in the padded batch. A row starts where the position falls back to
     0, which is how transformers (`masking_utils.find_packed_sequence_indices`) splits a packed sequence
-    given `position_ids` and no attention mask."""
+    given `position_ids` and no attention mask. `host_mask`: the same mask on the CPU, where the real tokens are
+    then found (otherwise the host waits for the device)."""
     mask = attention_mask.bool()
-    real = mask.flatten().nonzero().squeeze(1)  # the one wait for the device
+    if host_mask is None:
+        real = mask.flatten().nonzero().squeeze(1)  # the one wait for the device
+    else:
+        real = on_device(host_mask.bool().flatten().nonzero().squeeze(1), mask.device)
     index = (mask.flatten().long().cumsum(0) - 1).clamp(min=0).view(mask.shape)
     return PackedRows(input_ids.flatten()[real][None], default_position_ids(mask).flatten()[real][None], index)
 
@@ -100,6 +136,7 @@ def token_logprobs(
     cache_mask: Tensor | None = None,
     compile_head: bool = False,
     packed: bool = False,
+    host_masks: tuple[Tensor, Tensor | None] | None = None,
 ) -> LogProbs:
     """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
 
@@ -125,6 +162,9 @@ def token_logprobs(
             fp32 [chunk, V] tensors (`model.compile`).
         packed: run the decoder padding-free on `pack_rows(input_ids, attention_mask)` (one sequence of the
             rows' real tokens; `optim.padding_free`). Same results; not with `cache` or `position_ids`.
+        host_masks: CPU copies of `attention_mask` and `score_mask` (a micro-batch's: `training.batch.micro_batches`):
+            the scored positions and the padding layout are then found on the host, and the call does not wait for
+            the device (otherwise it does, before the decoder runs). Same results.
 
     Returns:
         `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
@@ -150,11 +190,16 @@ def token_logprobs(
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
+    host_mask, host_score_mask = (None, None) if host_masks is None else host_masks
+    if host_mask is not None and (host_mask.shape != input_ids.shape or host_mask.device.type != "cpu"):
+        raise ValueError(
+            f"host_masks must be CPU copies of the [B, T] masks, got {host_mask.device} {tuple(host_mask.shape)}"
+        )
     if packed:
-        rows_end_to_end = pack_rows(input_ids, attention_mask)
+        rows_end_to_end = pack_rows(input_ids, attention_mask, host_mask)
         decoder_kwargs = {"input_ids": rows_end_to_end.input_ids, "position_ids": rows_end_to_end.position_ids}
     elif cache is None:
-        decoder_mask, positions = decoder_inputs(attention_mask)
+        decoder_mask, positions = decoder_inputs(attention_mask, host_mask)
         decoder_kwargs = {"input_ids": input_ids, "attention_mask": decoder_mask, "position_ids": positions}
     else:
         keyword = cache_keyword(model)
@@ -171,12 +216,12 @@ def token_logprobs(
         }
     if position_ids is not None:
         decoder_kwargs["position_ids"] = position_ids
-    # Token t is predicted from the hidden state at t−1, so both must be real tokens. (Found before
-    # the decoder runs: `nonzero` waits for the device, which then has only earlier work queued.)
-    scored = attention_mask[:, 1:] & attention_mask[:, :-1]  # [B, T−1]
-    if score_mask is not None:
-        scored = scored & score_mask[:, 1:].bool()
-    rows, prev = scored.nonzero(as_tuple=True)
+    # Token t is predicted from the hidden state at t-1, so both must be real tokens. (Found before the decoder
+    # runs: without host masks `nonzero` waits for the device, which then has only earlier work queued.)
+    if host_mask is None:
+        rows, prev = scored_positions(attention_mask, score_mask)
+    else:
+        rows, prev = scored_positions(host_mask, host_score_mask, device=input_ids.device)
     hidden = decoder(**decoder_kwargs, use_cache=cache is not None).last_hidden_state  # [B, T, H]; packed [1, N, H]
     states = hidden[0, rows_end_to_end.index[rows, prev]] if packed else hidden[rows, prev]  # [M, H]
     targets = input_ids[rows, prev + 1]  # [M]

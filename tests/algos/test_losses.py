@@ -53,6 +53,23 @@ def test_aggregate_loss_ignores_nan_padding_in_value_and_gradient(mode):
     assert math.isfinite(loss.item()) and torch.isfinite(loss_mat.grad).all()
 
 
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_aggregate_loss_takes_tensor_totals_as_it_takes_numbers(mode):
+    """The update passes its totals as tensors (never read on the host, so no wait for the device): the same loss as
+    numbers, and 0 still attached to the graph for an empty mask with zero totals."""
+    totals = {"num_tokens": 7, "num_seqs": 3}
+    want = aggregate_loss(LOSS_MAT, MASK, mode, **totals)
+    got = aggregate_loss(LOSS_MAT, MASK, mode, **{k: torch.tensor(v) for k, v in totals.items()})
+    assert got.item() == pytest.approx(want.item())
+    loss_mat = LOSS_MAT.clone().requires_grad_()
+    empty = torch.zeros_like(MASK)
+    zero = aggregate_loss(loss_mat, empty, mode, num_tokens=torch.tensor(0), num_seqs=torch.tensor(0))
+    zero.backward()
+    assert zero.item() == 0 and not loss_mat.grad.any()
+    with pytest.raises(ValueError, match="mask has valid tokens"):
+        aggregate_loss(LOSS_MAT, MASK, mode, num_tokens=torch.tensor(0), num_seqs=torch.tensor(0))
+
+
 def test_aggregate_loss_errors():
     with pytest.raises(ValueError, match="token-mean.*seq-mean-token-sum-norm"):
         aggregate_loss(LOSS_MAT, MASK, "sum")

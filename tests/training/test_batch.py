@@ -24,6 +24,22 @@ def test_merge_puts_every_row_back_in_its_place_and_width():
     assert merged.tolist() == [[0, 10, 20, 0], [40, 0, 0, 0], [80, 90, 100, 0], [120, 0, 0, 0]]
 
 
+def test_every_micro_batch_carries_cpu_copies_of_its_masks():
+    """The copies `token_logprobs` and the critic read the layout from (`host_masks`), so no forward waits."""
+    mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    loss = mask & torch.tensor([False, True, True, True])
+    batch = {"input_ids": torch.arange(16).view(4, 4), "attention_mask": mask, "loss_mask": loss}
+    for size, multiple in ((2, 1), (3, 8)):
+        parts = list(micro_batches(batch, size, multiple=multiple))
+        assert len(parts) == -(-4 // size)
+        for part in parts:
+            for name in ("attention_mask", "loss_mask"):
+                host = part[f"host_{name}"]
+                assert host.device.type == "cpu" and torch.equal(host, part[name])
+    without_loss = {"input_ids": batch["input_ids"], "attention_mask": mask}
+    assert all("host_loss_mask" not in part for part in micro_batches(without_loss, 2))
+
+
 def test_a_token_budget_fills_each_micro_batch_up_to_what_one_forward_runs():
     lengths = [9, 6, 5, 3, 2, 2]  # longest first
     # padded forwards run rows x the longest: 9 | 6 (6, 5 would be 12) | 5, 3 (10) | 2, 2 (4)

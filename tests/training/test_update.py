@@ -230,3 +230,43 @@ def test_a_learning_rate_that_bfloat16_weights_round_away_is_warned_about(
     if warned:
         assert "policy's weights are bfloat16" in messages[0] and "optim.actor_lr=1e-06" in messages[0]
         assert "model.dtype=float32 trainer.precision=bf16-mixed" in messages[0]
+
+
+def test_the_adamw_kernels_take_the_same_step_and_auto_fuses_on_a_gpu(tiny_model_dir, tmp_path):
+    """`optim.adamw_kernel`: the fused and foreach steps (and PyTorch's default) move the weights alike; auto asks for
+    the fused kernel only where the weights are on a GPU."""
+    from ragen_lit.training.optimizers import adamw_kernel
+
+    module, batch = _module_and_batch(tiny_model_dir, tmp_path, ["algo=ppo", "optim.actor_lr=1e-3"])
+    module.prepare_batch(batch, keep_ratio=1.0)
+    state = {k: v.clone() for k, v in module.state_dict().items()}
+    stepped = {}
+    for kernel in ("auto", "fused", "foreach"):
+        module.load_state_dict(state)
+        module.cfg.optim.adamw_kernel = kernel
+        optimizers, schedulers = module.configure_optimizers()
+        assert optimizers[0].defaults["fused"] is (True if kernel == "fused" else None)
+        assert optimizers[0].defaults["foreach"] is (True if kernel == "foreach" else None)
+        module.update({k: v.clone() for k, v in batch.items()}, optimizers, schedulers)
+        stepped[kernel] = {k: v.clone() for k, v in module.state_dict().items() if k.startswith(("policy.", "critic."))}
+    moved = [k for k in stepped["auto"] if not torch.equal(stepped["auto"][k], state[k])]
+    assert len(moved) > 10  # the step changed the actor's and the critic's weights
+    for kernel in ("fused", "foreach"):
+        for key in stepped["auto"]:
+            torch.testing.assert_close(stepped[kernel][key], stepped["auto"][key], atol=1e-6, rtol=1e-5, msg=key)
+    weights = [torch.nn.Parameter(torch.zeros(2))]
+    assert adamw_kernel("auto", weights) == {}
+    assert adamw_kernel("fused", weights) == {"fused": True}
+    assert adamw_kernel("foreach", weights) == {"foreach": True}
+    meta = [torch.nn.Parameter(torch.zeros(2, device="meta"))]
+    assert adamw_kernel("auto", meta) == {}
+    with pytest.raises(ValueError, match="adamw_kernel"):
+        load_config(ROOT / "conf" / "frozenlake.yaml", ["optim.adamw_kernel=apex"])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_auto_fuses_adamw_for_plain_weights_on_a_gpu():
+    from ragen_lit.training.optimizers import adamw_kernel
+
+    assert adamw_kernel("auto", [torch.nn.Parameter(torch.zeros(2, device="cuda"))]) == {"fused": True}

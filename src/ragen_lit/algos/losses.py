@@ -25,14 +25,20 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return values.sum() / mask.sum().clamp_min(1)
 
 
-def _divide(total: torch.Tensor, denominator: torch.Tensor | float, has_tokens: bool, name: str) -> torch.Tensor:
-    if denominator < 0:
-        raise ValueError(f"{name} must be >= 0, got {denominator}")
-    if denominator == 0:
-        if has_tokens:
+def _divide(total: torch.Tensor, denominator: torch.Tensor | float, mask: torch.Tensor, name: str) -> torch.Tensor:
+    """`total / denominator`, and 0 (still attached to the graph) where the denominator is 0. A number or a CPU
+    tensor is checked first: >= 0, and not 0 while `mask` holds tokens. A denominator on a device is not read on
+    the host (the update's totals, clamped to >= 1): the loss then never waits for the device between a
+    micro-batch's forward and its backward."""
+    if not torch.is_tensor(denominator) or denominator.device.type == "cpu":
+        if denominator < 0:
+            raise ValueError(f"{name} must be >= 0, got {denominator}")
+        if denominator == 0 and bool(mask.any()):
             raise ValueError(f"{name} is 0 but the mask has valid tokens")
-        return total * 0.0
-    return total / denominator
+    if not torch.is_tensor(denominator):
+        return total / denominator if denominator else total * 0.0
+    positive = denominator > 0
+    return torch.where(positive, total / torch.where(positive, denominator, 1), total * 0.0)
 
 
 def aggregate_loss(
@@ -66,20 +72,19 @@ def aggregate_loss(
     _check_token_tensors(mask, loss_mat=loss_mat)
     masked = torch.where(mask, loss_mat, 0.0)
     tokens_per_seq = mask.sum(dim=1)
-    has_tokens = bool(tokens_per_seq.any())
     if mode == "token-mean":
         tokens = tokens_per_seq.sum() if num_tokens is None else num_tokens
-        return _divide(masked.sum(), tokens, has_tokens, "num_tokens")
+        return _divide(masked.sum(), tokens, mask, "num_tokens")
     seqs = (tokens_per_seq > 0).sum() if num_seqs is None else num_seqs
     if mode == "seq-mean-token-mean":
         per_seq_mean = masked.sum(dim=1) / tokens_per_seq.clamp_min(1)
-        return _divide(per_seq_mean.sum(), seqs, has_tokens, "num_seqs")
+        return _divide(per_seq_mean.sum(), seqs, mask, "num_seqs")
     if mode == "seq-mean-token-sum":
-        return _divide(masked.sum(), seqs, has_tokens, "num_seqs")
+        return _divide(masked.sum(), seqs, mask, "num_seqs")
     length = mask.shape[1] if norm_length is None else norm_length
     if length <= 0:
         raise ValueError(f"norm_length must be > 0, got {length}")
-    return _divide(masked.sum(), seqs * length, has_tokens, "num_seqs")
+    return _divide(masked.sum(), seqs * length, mask, "num_seqs")
 
 
 def policy_loss(

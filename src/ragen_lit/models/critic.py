@@ -23,17 +23,24 @@ class Critic(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        packed: bool = False,
+        host_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """`values` [B, T] float32 of `input_ids` [B, T] under `attention_mask` [B, T]; `packed`: run the
-        backbone padding-free on the rows end to end (`logprobs.pack_rows`), with the same values."""
+        backbone padding-free on the rows end to end (`logprobs.pack_rows`), with the same values. `host_mask`: the
+        mask's CPU copy, which the padding layout is then read from without waiting for the device."""
         # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
         # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
         if packed:
-            rows = pack_rows(input_ids, attention_mask)
+            rows = pack_rows(input_ids, attention_mask, host_mask)
             hidden = self.backbone(input_ids=rows.input_ids, position_ids=rows.position_ids, use_cache=False)
             v = self._head(hidden.last_hidden_state)[0][rows.index]  # [1, N] -> [B, T]
         else:
-            decoder_mask, position_ids = decoder_inputs(attention_mask)
+            decoder_mask, position_ids = decoder_inputs(attention_mask, host_mask)
             hidden = self.backbone(
                 input_ids=input_ids, attention_mask=decoder_mask, position_ids=position_ids, use_cache=False
             )

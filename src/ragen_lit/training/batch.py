@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 from ragen_lit.agent.trajectory import Trajectory, pad_trajectories, right_pad
+from ragen_lit.logprobs import on_device
 from ragen_lit.shapes import round_up
 
 
@@ -84,6 +85,10 @@ def pad_multiple(setting: int, padding_free: bool, device: torch.device) -> int:
     return GPU_PAD_MULTIPLE if device.type == "cuda" and not padding_free else 1
 
 
+# the masks every micro-batch also carries as CPU copies, under "host_<name>" (see `micro_batches`)
+HOST_MASKS = ("attention_mask", "loss_mask")
+
+
 def micro_batches(
     batch: dict[str, torch.Tensor], size: int, max_tokens: int = 0, packed: bool = False, multiple: int = 1
 ):
@@ -92,16 +97,23 @@ def micro_batches(
     as one forward of at most that many tokens runs (`token_budget_bounds`; `packed`: a padding-free
     forward). Losses are normalised by the mini-batch totals, so how rows are grouped does not change the
     update. `multiple`: each micro-batch's width rounded up to a multiple of it (`optim.pad_to_multiple`),
-    right-padded with zeros (masked) beyond the batch's own width."""
-    order = length_order(batch)
-    lengths = batch["attention_mask"].sum(-1)[order].tolist()  # one wait for the device, not one per slice
+    right-padded with zeros (masked) beyond the batch's own width.
+
+    Every micro-batch also carries CPU copies of its `HOST_MASKS` (`host_attention_mask`, `host_loss_mask`), copied
+    from the device once per call: the scoring passes read the padding layout and the scored positions from them
+    (`logprobs.token_logprobs`'s `host_masks`), so that no forward makes the host wait for the device, which would
+    leave the device idle until the host has queued the next kernels."""
+    host = {k: batch[k].cpu() for k in HOST_MASKS if k in batch}  # the one wait for the device
+    order = length_order(host)
+    lengths = host["attention_mask"].sum(-1)[order].tolist()
+    device_order = on_device(order, batch["attention_mask"].device)
     if max_tokens:  # the budget counts the rounded widths: a micro-batch stays within it after rounding
         bounds = token_budget_bounds([round_up(n, multiple) for n in lengths], max_tokens, packed)
     else:
         bounds = [(start, min(start + size, len(order))) for start in range(0, len(order), size)]
     for start, stop in bounds:
-        rows = order[start:stop]
-        part = {k: v[rows] for k, v in batch.items()}
+        part = {k: v[device_order[start:stop]] for k, v in batch.items()}
+        part.update({f"host_{k}": v[order[start:stop]] for k, v in host.items()})
         length = int(lengths[start])  # longest first: the slice's first row is its longest
         width = round_up(length, multiple)
         yield {k: (_to_width(v, width) if v.dim() == 2 else v) for k, v in part.items()}

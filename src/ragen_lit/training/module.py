@@ -234,6 +234,8 @@ class AgentRLModule(L.LightningModule):
             "compile_head": self.cfg.model.compile,
             "packed": self.cfg.optim.padding_free,
         }
+        if "host_attention_mask" in batch:  # a micro-batch's CPU copies: the forward need not wait for the device
+            kwargs["host_masks"] = (batch["host_attention_mask"], batch.get("host_loss_mask"))
         scorer = self._fsdp.scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)
@@ -241,7 +243,12 @@ class AgentRLModule(L.LightningModule):
 
     def _values(self, batch):
         """The critic's values [B, T] of a micro-batch (padding-free under `optim.padding_free`)."""
-        return self.critic(batch["input_ids"], batch["attention_mask"], packed=self.cfg.optim.padding_free)
+        return self.critic(
+            batch["input_ids"],
+            batch["attention_mask"],
+            packed=self.cfg.optim.padding_free,
+            host_mask=batch.get("host_attention_mask"),
+        )
 
     @property
     def old_logprobs_in_update(self) -> bool:
@@ -420,7 +427,8 @@ class AgentRLModule(L.LightningModule):
         from_update = self.old_logprobs_in_update
         entropy_bonus = self.cfg.algo.entropy_coef > 0
         scored = defaultdict(list)  # with `from_update`: per micro-batch, what prepare would have scored
-        for micro, real in self._micro_batches(minibatch):
+        micros = self._micro_batches(minibatch)  # the actor's and the critic's
+        for micro, real in micros:
             lp = self._logprobs(self.policy, micro, with_entropy=entropy_bonus or from_update)
             if not real:
                 self.manual_backward(zero_loss(lp))
@@ -454,12 +462,12 @@ class AgentRLModule(L.LightningModule):
         self._step(optimizers[0], self.policy, "actor")
         schedulers[0].step()
         if self.critic is not None:
-            self._update_critic(minibatch, optimizers[1], totals["num_tokens"])
+            self._update_critic(minibatch, micros, optimizers[1], totals["num_tokens"])
             schedulers[1].step()
 
-    def _update_critic(self, minibatch, optimizer, num_tokens: torch.Tensor) -> None:
+    def _update_critic(self, minibatch, micros, optimizer, num_tokens: torch.Tensor) -> None:
         value_total = 0.0
-        for micro, real in self._micro_batches(minibatch):
+        for micro, real in micros:
             values = self._values(micro)
             if not real:
                 self.manual_backward(zero_loss(values))

@@ -25,6 +25,17 @@ def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def adamw_kernel(choice: str, params: list[torch.nn.Parameter]) -> dict[str, bool]:
+    """`torch.optim.AdamW`'s keywords for `optim.adamw_kernel`. auto: fused when the weights are plain tensors on a GPU
+    (the foreach step took 2.2-2.6% of the update's device time in the multi-turn bench's profiles, the fused one
+    1.3%), else PyTorch's own choice: the per-tensor loop on a CPU, and FSDP's sharded weights, where the fused
+    kernel has not been measured."""
+    if choice == "auto":
+        plain_gpu = bool(params) and params[0].device.type == "cuda" and type(params[0].data) is torch.Tensor
+        return {"fused": True} if plain_gpu else {}
+    return {choice: True}
+
+
 def build_optimizers(
     optim: OptimConfig, planned_steps: int, policy: torch.nn.Module, critic: torch.nn.Module | None
 ) -> tuple[list[torch.optim.Optimizer], list[torch.optim.lr_scheduler.LambdaLR]]:
@@ -40,8 +51,13 @@ def build_optimizers(
     for model, lr in ((policy, optim.actor_lr), (critic, optim.critic_lr)):
         if model is None:
             continue
+        params = trainable(model)
         optimizer = torch.optim.AdamW(
-            trainable(model), lr=lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay
+            params,
+            lr=lr,
+            betas=tuple(optim.betas),
+            weight_decay=optim.weight_decay,
+            **adamw_kernel(optim.adamw_kernel, params),
         )
         optimizers.append(optimizer)
         schedulers.append(torch.optim.lr_scheduler.LambdaLR(optimizer, schedule))
