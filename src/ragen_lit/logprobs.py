@@ -17,6 +17,7 @@ and the results equal the padded forward's.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
 from typing import Any, NamedTuple
 
@@ -227,7 +228,10 @@ def token_logprobs(
     targets = input_ids[rows, prev + 1]  # [M]
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
-    head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
+    if not needs_grad and not with_entropy and _head_kernel_runs_on(states.device):
+        head_fn = _kernel_head_logprobs  # the logits read once (`models.target_logprob_kernel`)
+    else:
+        head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
     pieces = []
     for start in range(0, targets.numel(), max_tokens_per_chunk):
         stop = start + max_tokens_per_chunk
@@ -273,6 +277,22 @@ def _head_logprobs(
         return (target_logprobs,)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
     return target_logprobs, entropy
+
+
+def _kernel_head_logprobs(
+    head: torch.nn.Module, states: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor]:
+    """`_head_logprobs` without entropy through the Triton kernels of `models.target_logprob_kernel`: the head's
+    logits in their own dtype, read once, no float32 [M, V] tensor."""
+    from ragen_lit.models.target_logprob_kernel import target_logprobs
+
+    assert not with_entropy
+    return (target_logprobs(head(states), targets, temperature),)
+
+
+def _head_kernel_runs_on(device: torch.device) -> bool:
+    """Whether the target-log-prob kernels serve scoring without gradients or entropy: on CUDA with Triton."""
+    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 @functools.cache

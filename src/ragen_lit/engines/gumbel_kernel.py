@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ragen_lit.models.target_logprob_kernel import merged_log_partition
+
 # Logits per program of the first kernel, and per block of its loop (four quarters, one Philox call per four
 # logits): the fastest of chunks 2k-16k and blocks 512-2048 on an H200 at 128 x 151,936 bf16 logits
 # (docs/PERFORMANCE.md, session 18).
@@ -151,9 +153,7 @@ def _gumbel_combine(
     token = tl.load(index_ptr + b * chunks + winner)
     maxima = tl.load(max_ptr + offsets, mask=inside, other=float("-inf"))
     sums = tl.load(sum_ptr + offsets, mask=inside, other=0.0)
-    top = tl.max(maxima, axis=0)
-    shift = tl.where(top > float("-inf"), top, 0.0)
-    log_partition = (shift + tl.log2(tl.sum(sums * tl.exp2(maxima - shift), axis=0))) * 0.6931471805599453
+    log_partition = merged_log_partition(maxima, sums)
     chosen = tl.load(logits_ptr + b * stride_b + token).to(tl.float32) * inverse_temperature
     tl.store(token_ptr + b, token.to(tl.int64))
     tl.store(logprob_ptr + b, chosen - log_partition)

@@ -103,6 +103,24 @@ def tokens_per_forward(policy, max_tokens_per_forward: int) -> int:
     return gpu_tokens_per_forward(total, kv_bytes_per_token(policy.config, param.element_size()))
 
 
+def _mark(device: torch.device):
+    """A point in time of the work queued on `device`: a CUDA event on a GPU (read after the work is done), the host's
+    clock elsewhere (where the work runs as it is called)."""
+    if device.type != "cuda":
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _seconds(start, stop) -> float:
+    """Seconds between two `_mark`s."""
+    if isinstance(start, float):
+        return stop - start
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1000
+
+
 class CollapseDiagnostics(nn.Module):
     """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
 
@@ -146,29 +164,40 @@ class CollapseDiagnostics(nn.Module):
                 scopes.append(("first_turn", self.first_turn, first_turn_pairs(candidates, self.cfg.num_samples, rng)))
             if self.cfg.trajectory:
                 scopes.append(("trajectory", self.trajectory, trajectory_pairs(candidates, self.cfg.num_samples, rng)))
+            # every scope's scoring queued before any result is read: the host prepares the next scope's inputs
+            # while the device scores the previous one
+            device = next(policy.parameters()).device
+            scored = []
             for name, metric, pairs in scopes:
-                started = time.perf_counter()
-                # ends on the host (.cpu())
-                scored = self._score(policy, chat, metric, pairs, local, temperature, compile_head)
+                scope = self._inputs(chat, pairs, local)
+                started = _mark(device)
+                scores = (
+                    None
+                    if scope is None or not scope[1]
+                    else self._cross_score(policy, chat, scope, temperature, compile_head)
+                )
+                scored.append((name, metric, scope, scores, started, _mark(device)))
+            for name, metric, scope, scores, started, stopped in scored:
+                values = self._metrics(metric, scope, scores)  # ends on the host (.cpu())
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
-                out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in scored.items()})
+                out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in values.items()})
                 # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
-                out[f"time/diagnostics_{name}_s"] = time.perf_counter() - started
+                out[f"time/diagnostics_{name}_s"] = _seconds(started, stopped)
         finally:
             policy.train(was_training)
         return out
 
-    def _score(
-        self, policy, chat, metric: MIDiagnostics, pairs, local, temperature: float, compile_head: bool
-    ) -> dict[str, float]:
-        """Score this rank's share of the drawn `pairs` (those whose trajectory is in `local`) against every
-        pair's column: one column per distinct key (group for first turn, draw index for trajectory scope),
-        its prompt that of the key's first pair, supplied by the rank holding that pair's trajectory."""
+    def _inputs(self, chat, pairs, local) -> tuple[list[list[int]], list[tuple[list[int], int]]] | None:
+        """`(prompts, mine)` of one scope: every column's prompt, and this rank's share of the drawn `pairs` (those
+        whose trajectory is in `local`) as (reasoning ids, column). One column per distinct key (group for first turn,
+        draw index for trajectory scope), its prompt that of the key's first pair, supplied by the rank holding that
+        pair's trajectory. None when the scope has fewer than two columns (then on every rank: they drew the same
+        pairs)."""
         first_pair = {}
         for j, t, key in pairs:
             first_pair.setdefault(key, (j, t))
-        if len(first_pair) < 2:  # every rank drew the same pairs, so all of them return here
-            return {}
+        if len(first_pair) < 2:
+            return None
         column = {key: c for c, key in enumerate(first_pair)}
 
         def drawn_turn(j: int, t: int):
@@ -180,19 +209,33 @@ class CollapseDiagnostics(nn.Module):
             if j in local
         ]
         prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
-        mine = [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]
+        mine = [(chat.encode(drawn_turn(j, t).reasoning), column[key]) for j, t, key in pairs if j in local]
+        return prompts, mine
+
+    def _cross_score(self, policy, chat, scope, temperature: float, compile_head: bool) -> tuple[torch.Tensor, ...]:
+        """This rank's rows of one scope scored under every column's prompt: `cross_score`'s (L_tok, L_sum), queued
+        on the device and not read."""
+        prompts, mine = scope
+        return cross_score(
+            policy,
+            prompts,
+            [reasoning for reasoning, _ in mine],
+            max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
+            pad_token_id=chat.tokenizer.pad_token_id,
+            temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
+            compile_head=compile_head,
+            attention=self.cfg.attention,  # the masked attention's kernels (`diagnostics.attention`)
+        )
+
+    @staticmethod
+    def _metrics(metric: MIDiagnostics, scope, scores) -> dict[str, float]:
+        """One scope's MI metrics over all ranks (a collective: every rank calls it, with or without rows)."""
+        if scope is None:  # every rank drew the same pairs, so all of them return here
+            return {}
+        prompts, mine = scope
         metric.reset()
-        if mine:
-            l_tok, l_sum = cross_score(
-                policy,
-                prompts,
-                [chat.encode(text) for text, _ in mine],
-                max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
-                pad_token_id=chat.tokenizer.pad_token_id,
-                temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
-                compile_head=compile_head,
-                attention=self.cfg.attention,  # the masked attention's kernels (`diagnostics.attention`)
-            )
+        if scores is not None:
+            l_tok, l_sum = scores
             target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()

@@ -187,14 +187,16 @@ def _score_packed(
             if prefix_lengths[0] > 0:
                 ids = torch.tensor([token for j in columns for token in prompts[j][:-1]], device=device)[None]
                 positions = torch.cat([torch.arange(length) for length in prefix_lengths]).to(device)[None]
+                real = torch.ones(ids.shape, dtype=torch.bool)  # on the host: the forward need not wait for the device
                 with packed_rows(model, prefix), record_function("ragen/score.prefixes"):
                     token_logprobs(
                         model,
                         ids,
-                        torch.ones_like(ids, dtype=torch.bool),
+                        real.to(device),
                         position_ids=positions,
                         score_mask=torch.zeros_like(ids, dtype=torch.bool),
                         max_tokens_per_chunk=max_tokens_per_chunk,
+                        host_masks=(real, ~real),
                     )
                 # every layer must have attended through `packed_rows` (a layer of another kind, e.g. linear
                 # attention, leaves no keys to continue)
@@ -258,9 +260,12 @@ def _score_group_rows(
         row_sizes = [sizes[k] for _, k in rows]
         start = len(host)
         host += [m for m, _ in rows] + [k for _, k in rows] + _offsets(row_sizes) + _offsets(per_member)
-        spans.append((start, len(rows), sum(row_sizes), max(row_sizes), max(per_member)))
+        # which tokens are scored: all but each row's first (its prompt's last token), known here on the host
+        scored = torch.ones(1, sum(row_sizes), dtype=torch.bool)
+        scored[0, _offsets(row_sizes)[:-1]] = False
+        spans.append((start, len(rows), sum(row_sizes), max(row_sizes), max(per_member), scored))
     host_tensor = torch.tensor(host, dtype=torch.long).to(device)
-    for start, count, tokens, longest_row, longest_member in spans:
+    for start, count, tokens, longest_row, longest_member, scored in spans:
         parts = [count, count, count + 1, members + 1]
         member, sample, cu_rows, cu_queries = host_tensor[start : start + sum(parts)].split(parts)
         row_of_token = torch.repeat_interleave(torch.arange(count, device=device), cu_rows.diff(), output_size=tokens)
@@ -280,6 +285,7 @@ def _score_group_rows(
                 max_tokens_per_chunk=max_tokens_per_chunk,
                 temperature=temperature,
                 compile_head=compile_head,
+                host_masks=(torch.ones_like(scored), scored),  # the same masks, read without waiting for the device
             ).logprobs[0]
         sums = torch.zeros(count, dtype=torch.float64, device=device).index_add_(0, row_of_token, logprobs.double())
         seq_logprob[reasoning_row[sample], column_of[member]] = sums
