@@ -13,16 +13,18 @@ so a forward over packed rows runs two variable-length attentions and merges the
 - prefix: all tokens of prompt j's rows over prompt j's prefix (not causal, one segment per prompt; the rows are
   sorted by prompt), read from one packed copy of the prefixes' keys and values per layer, never gathered per row.
 
-No work goes to padding and no mask exists. On CUDA in fp16/bf16 both run FlashAttention's variable-length kernel
-(`varlen_attention`, grouped-query heads native); on a CPU each segment runs on its own through PyTorch's CPU flash
-kernel. Where neither runs (fp32 on CUDA, older GPUs, other devices) the attention raises `UnsupportedAttention` and
-the scorer takes its masked path. `packed_rows(model, segments)` switches a model's attention to
-`prefix_rows_attention` for the calls inside it.
+No work goes to padding and no mask exists. On CUDA in fp16/bf16 the prefix attention runs FlashAttention's
+variable-length kernel (`varlen_attention`, grouped-query heads native), and the own attention and the merge one
+Triton kernel (`models.row_attention_kernel`; FlashAttention and a compiled merge where it does not apply); on a CPU
+each segment runs on its own through PyTorch's CPU flash kernel. Where neither runs (fp32 on CUDA, older GPUs, other
+devices) the attention raises `UnsupportedAttention` and the scorer takes its masked path. `packed_rows(model,
+segments)` switches a model's attention to `prefix_rows_attention` for the calls inside it.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -169,24 +171,42 @@ def prefix_rows_attention(
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     if segments.captured is not None:
         segments.captured[layer] = (k, v)
+    if segments.prefixes is None:
+        out, _ = varlen_attention(
+            q, k, v, segments.cu_rows, segments.cu_rows, segments.max_row, segments.max_row, causal=True, scale=scale
+        )
+        return out[None], None
+    prefix_keys, prefix_values = segments.prefixes[layer]
+    out_prefix, lse_prefix = varlen_attention(
+        q,
+        prefix_keys,
+        prefix_values,
+        segments.cu_queries,
+        segments.cu_prefix,
+        segments.max_queries,
+        segments.max_prefix,
+        causal=False,
+        scale=scale,
+    )
+    if _row_kernel_runs(q):  # the rows' own attention and the merge in one kernel (`models.row_attention_kernel`)
+        from ragen_lit.models.row_attention_kernel import rows_attention_merged
+
+        out = rows_attention_merged(q, k, v, segments.cu_rows, segments.max_row, out_prefix, lse_prefix, scale)
+        return out[None], None
     out, lse = varlen_attention(
         q, k, v, segments.cu_rows, segments.cu_rows, segments.max_row, segments.max_row, causal=True, scale=scale
     )
-    if segments.prefixes is not None:
-        prefix_keys, prefix_values = segments.prefixes[layer]
-        out_prefix, lse_prefix = varlen_attention(
-            q,
-            prefix_keys,
-            prefix_values,
-            segments.cu_queries,
-            segments.cu_prefix,
-            segments.max_queries,
-            segments.max_prefix,
-            causal=False,
-            scale=scale,
-        )
-        out = (_compiled_merge() if out.is_cuda else merge_attention)(out, lse, out_prefix, lse_prefix)
+    out = (_compiled_merge() if out.is_cuda else merge_attention)(out, lse, out_prefix, lse_prefix)
     return out[None], None
+
+
+def _row_kernel_runs(query: Tensor) -> bool:
+    """Whether the rows' own attention and the merge run as one Triton kernel: with Triton, on what it takes."""
+    if not query.is_cuda or importlib.util.find_spec("triton") is None:
+        return False
+    from ragen_lit.models.row_attention_kernel import runs_on
+
+    return runs_on(query)
 
 
 @functools.cache
