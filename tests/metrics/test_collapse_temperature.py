@@ -25,7 +25,7 @@ def _diagnostics(monkeypatch, seen, sleep=()):
     monkeypatch.setattr(collapse, "cross_score", fake_cross_score)
     turn = SimpleNamespace(reasoning="think", prompt_end=2)
     trajectories = [SimpleNamespace(turns=[turn], token_ids=[g + 1, 7, 9], group=g) for g in range(3)]
-    chat = SimpleNamespace(encode=lambda text: [5, 6], tokenizer=SimpleNamespace(pad_token_id=0))
+    chat = SimpleNamespace(encode_many=lambda texts: [[5, 6] for _ in texts], tokenizer=SimpleNamespace(pad_token_id=0))
     policy = torch.nn.Linear(1, 1)
     cfg = DiagnosticsConfig(every_n_iterations=1, num_samples=3, max_tokens_per_forward=64, attention="auto")
     return CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)

@@ -209,8 +209,10 @@ class CollapseDiagnostics(nn.Module):
             if j in local
         ]
         prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
-        mine = [(chat.encode(drawn_turn(j, t).reasoning), column[key]) for j, t, key in pairs if j in local]
-        return prompts, mine
+        drawn = [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]
+        # one tokenizer call: in the first scope the device waits for this host work
+        encoded = chat.encode_many([reasoning for reasoning, _ in drawn])
+        return prompts, [(ids, c) for ids, (_, c) in zip(encoded, drawn, strict=True)]
 
     def _cross_score(self, policy, chat, scope, temperature: float, compile_head: bool) -> tuple[torch.Tensor, ...]:
         """This rank's rows of one scope scored under every column's prompt: `cross_score`'s (L_tok, L_sum), queued
