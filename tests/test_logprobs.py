@@ -11,6 +11,7 @@ from ragen_lit.logprobs import (
     decoder_inputs,
     default_position_ids,
     mean_abs_logprob_diff,
+    on_device,
     pack_rows,
     scored_positions,
     token_logprobs,
@@ -268,6 +269,13 @@ def test_host_copies_of_the_masks_give_the_same_scores_and_are_what_is_read(pack
     assert torch.equal(torch.stack([rows, prev], 1), (mask[:, 1:] & mask[:, :-1] & score[:, 1:]).nonzero())
     with pytest.raises(ValueError, match="host_masks must be CPU copies"):
         token_logprobs(model, input_ids, mask, host_masks=(mask[:, 1:], None))
+
+
+def test_on_device_leaves_a_cpu_tensor_in_place_and_sends_it_elsewhere():
+    host = torch.arange(6).view(2, 3)
+    assert on_device(host, torch.device("cpu")) is host
+    sent = on_device(host, torch.device("meta"))
+    assert sent.device.type == "meta" and sent.shape == host.shape and sent.dtype == host.dtype
 
 
 def test_pack_rows_lays_the_real_tokens_end_to_end_with_positions_restarting():

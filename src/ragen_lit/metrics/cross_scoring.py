@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from ragen_lit.logprobs import cache_keyword, token_logprobs
+from ragen_lit.logprobs import cache_keyword, on_device, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.models.prefix_attention import SCORER_ATTENTION, RowSegments, UnsupportedAttention, packed_rows
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
@@ -130,12 +130,17 @@ def cross_score(
             )
         if scores is None:
             scores = _score_pairs(model, distinct_prompts, distinct_reasonings, **options)
-    seq_logprob = scores[torch.tensor(row_of, dtype=torch.long, device=device)][
-        :, torch.tensor(column_of, dtype=torch.long, device=device)
-    ]
-    reasoning_lengths = torch.tensor([len(z) for z in reasonings], dtype=torch.float64, device=device)
+    seq_logprob = scores[_sent(row_of, device)][:, _sent(column_of, device)]
+    reasoning_lengths = _sent([len(z) for z in reasonings], device, torch.float64)
     token_logprob = seq_logprob / reasoning_lengths[:, None]
     return token_logprob.float(), seq_logprob.float()
+
+
+def _sent(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
+    """`torch.tensor(values, dtype=dtype)` made on the host and sent to `device` without waiting for it
+    (`logprobs.on_device`): `torch.tensor(..., device=...)` copies from pageable memory and then waits for everything
+    queued on the device, which leaves it idle while the host prepares what comes next."""
+    return on_device(torch.tensor(values, dtype=dtype), device)
 
 
 def _distinct(sequences: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
@@ -171,28 +176,26 @@ def _score_packed(
     order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
     sizes = [1 + len(reasonings[r]) for r in order]  # a row: the prompt's last token, then the reasoning
     # every reasoning once, behind a slot for the prompt's last token, right-padded (the padding is never read)
-    reasoning_ids = torch.tensor(
-        [[pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])] for k, r in enumerate(order)],
-        dtype=torch.long,
-        device=device,
+    reasoning_ids = _sent(
+        [[pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])] for k, r in enumerate(order)], device
     )
-    reasoning_row = torch.tensor(order, device=device)
+    reasoning_row = _sent(order, device)
     prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
     try:
         for group in _packed_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
             columns = [prompt_order[g] for g in group]
             prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first; all > 0 or all 0
-            cu_prefix = torch.tensor(_offsets(prefix_lengths), dtype=torch.int32, device=device)
+            cu_prefix = _sent(_offsets(prefix_lengths), device, torch.int32)
             prefix = RowSegments(cu_rows=cu_prefix, max_row=prefix_lengths[0], captured={})
             if prefix_lengths[0] > 0:
-                ids = torch.tensor([token for j in columns for token in prompts[j][:-1]], device=device)[None]
-                positions = torch.cat([torch.arange(length) for length in prefix_lengths]).to(device)[None]
+                ids = _sent([token for j in columns for token in prompts[j][:-1]], device)[None]
+                positions = on_device(torch.cat([torch.arange(length) for length in prefix_lengths]), device)[None]
                 real = torch.ones(ids.shape, dtype=torch.bool)  # on the host: the forward need not wait for the device
                 with packed_rows(model, prefix), record_function("ragen/score.prefixes"):
                     token_logprobs(
                         model,
                         ids,
-                        real.to(device),
+                        on_device(real, device),
                         position_ids=positions,
                         score_mask=torch.zeros_like(ids, dtype=torch.bool),
                         max_tokens_per_chunk=max_tokens_per_chunk,
@@ -214,9 +217,9 @@ def _score_packed(
                 model,
                 seq_logprob,
                 prefix,
-                prefix_lengths=torch.tensor(prefix_lengths, device=device),
-                last_token=torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device),
-                column_of=torch.tensor(columns, device=device),
+                prefix_lengths=_sent(prefix_lengths, device),
+                last_token=_sent([prompts[j][-1] for j in columns], device),
+                column_of=_sent(columns, device),
                 batches=_pack_tokens(sizes, len(columns), max_tokens_per_forward),
                 sizes=sizes,
                 reasoning_ids=reasoning_ids,
@@ -250,8 +253,7 @@ def _score_group_rows(
     member, reasoning index) rows, sorted by member, run as one packed sequence over the members' prefixes."""
     device = seq_logprob.device
     members = len(column_of)
-    # every batch's members, reasonings and segment offsets in one host-to-device copy (a copy from pageable
-    # memory waits for the device, so one per batch would keep it idle while the host prepares the next)
+    # every batch's members, reasonings and segment offsets in one host-to-device copy
     host, spans = [], []
     for rows in batches:
         per_member = [0] * members
@@ -264,7 +266,7 @@ def _score_group_rows(
         scored = torch.ones(1, sum(row_sizes), dtype=torch.bool)
         scored[0, _offsets(row_sizes)[:-1]] = False
         spans.append((start, len(rows), sum(row_sizes), max(row_sizes), max(per_member), scored))
-    host_tensor = torch.tensor(host, dtype=torch.long).to(device)
+    host_tensor = _sent(host, device)
     for start, count, tokens, longest_row, longest_member, scored in spans:
         parts = [count, count, count + 1, members + 1]
         member, sample, cu_rows, cu_queries = host_tensor[start : start + sum(parts)].split(parts)
@@ -362,13 +364,11 @@ def _score_with_prompt_cache(
     prefix_multiple, row_multiple = (_PREFIX_MULTIPLE, _ROW_MULTIPLE) if pad_widths else (1, 1)
     widest = round_up(1 + lengths[0], row_multiple)
     # every reasoning once, longest first, right-padded behind a slot for the prompt's last token
-    reasoning_ids = torch.tensor(
-        [[pad_token_id, *reasonings[r], *[pad_token_id] * (widest - 1 - len(reasonings[r]))] for r in order],
-        dtype=torch.long,
-        device=device,
+    reasoning_ids = _sent(
+        [[pad_token_id, *reasonings[r], *[pad_token_id] * (widest - 1 - len(reasonings[r]))] for r in order], device
     )
-    reasoning_real = torch.tensor(lengths, device=device) + 1
-    reasoning_row = torch.tensor(order, device=device)
+    reasoning_real = _sent(lengths, device) + 1
+    reasoning_row = _sent(order, device)
     prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
     extended_checked = False
     for group in _prefix_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
@@ -380,9 +380,9 @@ def _score_with_prompt_cache(
             ids = torch.full((len(columns), prefix_width), pad_token_id, dtype=torch.long)
             for row, j in enumerate(columns):
                 ids[row, : prefix_lengths[row]] = torch.tensor(prompts[j][:-1], dtype=torch.long)
-            ids = ids.to(device)
+            ids = on_device(ids, device)
             # no row is empty: a group's prefixes are all at least 3/4 of the longest
-            mask = torch.arange(prefix_width, device=device) < torch.tensor(prefix_lengths, device=device)[:, None]
+            mask = torch.arange(prefix_width, device=device) < _sent(prefix_lengths, device)[:, None]
             group_cache = DynamicCache(config=model.config)
             with record_function("ragen/score.prefixes"):  # the regions name the host's work in profiles
                 token_logprobs(
@@ -407,15 +407,14 @@ def _score_with_prompt_cache(
             room = widest
             layers = [(_with_room(keys, room), _with_room(values, room)) for keys, values in layers]
             del group_cache
-        prefix_of = torch.tensor(prefix_lengths, device=device)
-        last_token = torch.tensor([prompts[j][-1] for j in columns], dtype=torch.long, device=device)
-        column_of = torch.tensor(columns, device=device)
+        prefix_of = _sent(prefix_lengths, device)
+        last_token = _sent([prompts[j][-1] for j in columns], device)
+        column_of = _sent(columns, device)
         padded_prefixes = [round_up(length, prefix_multiple) for length in prefix_lengths]
         padded_lengths = [round_up(1 + length, row_multiple) - 1 for length in lengths]
         batches = _pack_rows(padded_prefixes, padded_lengths, max_tokens_per_forward)
-        # every batch's (member, sample) indices in one host-to-device copy: a copy from pageable memory waits for
-        # the device, and one per batch kept it idle while the host prepared the next batch
-        pairs = torch.tensor([pair for rows in batches for pair in rows], dtype=torch.long).to(device)
+        # every batch's (member, sample) indices in one host-to-device copy
+        pairs = _sent([pair for rows in batches for pair in rows], device)
         start = 0
         for rows in batches:
             member, sample = pairs[start : start + len(rows)].unbind(1)
@@ -552,8 +551,8 @@ def _score_pairs(
             temperature=temperature,
             compile_head=compile_head,
         ).logprobs
-        rows = torch.tensor([r for r, _ in pairs], device=device)
-        cols = torch.tensor([j for _, j in pairs], device=device)
+        rows = _sent([r for r, _ in pairs], device)
+        cols = _sent([j for _, j in pairs], device)
         seq_logprob[rows, cols] = logprobs.double().sum(-1)
         start = stop
     return seq_logprob
@@ -576,7 +575,7 @@ def _pair_batch(
         input_ids[row, :total] = torch.tensor([*prompts[j], *reasonings[r]], dtype=torch.long)
         attention_mask[row, :total] = True
         reasoning_mask[row, prompt_length:total] = True
-    return input_ids.to(device), attention_mask.to(device), reasoning_mask.to(device)
+    return on_device(input_ids, device), on_device(attention_mask, device), on_device(reasoning_mask, device)
 
 
 def gather_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
