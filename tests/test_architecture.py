@@ -20,6 +20,7 @@ BOTTOM = {
     "algos",
     "filtering",
     "logprobs",
+    "logprob_kernel",
     "envs",
     "parallel.collectives",
     "figures",
@@ -38,8 +39,9 @@ BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
+    "logprobs": {"logprob_kernel"},
     "models": {"errors", "logprobs"},
-    "engines": {"errors", "models", "parallel.collectives", "shapes"},
+    "engines": {"errors", "models", "logprob_kernel", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"errors", "logprobs", "models", "algos", "filtering", "shapes"}

@@ -229,7 +229,7 @@ def token_logprobs(
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
     if not needs_grad and not with_entropy and _head_kernel_runs_on(states.device):
-        head_fn = _kernel_head_logprobs  # the logits read once (`models.target_logprob_kernel`)
+        head_fn = _kernel_head_logprobs  # the logits read once (`logprob_kernel`)
     else:
         head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
     pieces = []
@@ -282,9 +282,9 @@ def _head_logprobs(
 def _kernel_head_logprobs(
     head: torch.nn.Module, states: Tensor, targets: Tensor, temperature: float, with_entropy: bool
 ) -> tuple[Tensor]:
-    """`_head_logprobs` without entropy through the Triton kernels of `models.target_logprob_kernel`: the head's
+    """`_head_logprobs` without entropy through the Triton kernels of `logprob_kernel`: the head's
     logits in their own dtype, read once, no float32 [M, V] tensor."""
-    from ragen_lit.models.target_logprob_kernel import target_logprobs
+    from ragen_lit.logprob_kernel import target_logprobs
 
     assert not with_entropy
     return (target_logprobs(head(states), targets, temperature),)

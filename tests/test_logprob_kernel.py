@@ -1,4 +1,4 @@
-"""`models.target_logprob_kernel`: log_softmax at one target per row, the logits read once by two Triton kernels.
+"""`logprob_kernel`: log_softmax at one target per row, the logits read once by two Triton kernels.
 
 On a CPU the kernels run in Triton's interpreter (in a subprocess: `TRITON_INTERPRET=1` must be set before Triton
 compiles anything), with small chunks so that a row spans several programs, and are compiled for sm90 without a GPU.
@@ -15,7 +15,7 @@ from ragen_lit.logprobs import _head_kernel_runs_on, token_logprobs
 # run in the subprocess: each case (logits, targets, temperature, chunk_size) through the interpreted kernels
 _INTERPRET = """
 import sys, torch
-from ragen_lit.models.target_logprob_kernel import target_logprobs
+from ragen_lit.logprob_kernel import target_logprobs
 cases = torch.load(sys.argv[1])
 torch.save([target_logprobs(logits, targets, t, chunk_size=c) for logits, targets, t, c in cases], sys.argv[2])
 """
@@ -49,7 +49,7 @@ def test_interpreted_kernels_give_the_log_softmax_at_the_targets(tmp_path):
 
 
 def test_bad_arguments_are_refused():
-    from ragen_lit.models.target_logprob_kernel import target_logprobs
+    from ragen_lit.logprob_kernel import target_logprobs
 
     with pytest.raises(ValueError, match="temperature above 0"):
         target_logprobs(torch.zeros(2, 4), torch.zeros(2, dtype=torch.long), 0.0)
@@ -59,7 +59,7 @@ def test_bad_arguments_are_refused():
 
 def test_the_kernels_compile_for_a_hopper_gpu_without_one():
     """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed)."""
-    from ragen_lit.models import target_logprob_kernel as kernel
+    from ragen_lit import logprob_kernel as kernel
 
     partial = {"logits_ptr": "*bf16", "stride_m": "i32", "max_ptr": "*fp32", "sum_ptr": "*fp32", "vocab": "i32",
                "scale": "fp32", "chunks": "i32"}  # fmt: skip
