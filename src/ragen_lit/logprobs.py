@@ -291,8 +291,13 @@ def _kernel_head_logprobs(
 
 
 def _head_kernel_runs_on(device: torch.device) -> bool:
-    """Whether the target-log-prob kernels serve scoring without gradients or entropy: on CUDA with Triton."""
-    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    """Whether the target-log-prob kernels serve scoring without gradients or entropy: on CUDA with Triton, on a GPU
+    Triton compiles for (compute capability 7.0 or later)."""
+    return (
+        device.type == "cuda"
+        and importlib.util.find_spec("triton") is not None
+        and torch.cuda.get_device_capability(device) >= (7, 0)
+    )
 
 
 @functools.cache

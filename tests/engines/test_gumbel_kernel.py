@@ -97,6 +97,7 @@ def test_bad_temperature_and_unknown_draw_are_refused():
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_default_draw_is_the_kernel_and_follows_the_softmax():
     """The engine's sampler on CUDA (bf16 logits of the bench's vocabulary): frequencies of a 4-token distribution
     hidden in 151,936 logits, log-probs against log_softmax, and a seeded generator's reproducibility."""
