@@ -10,7 +10,7 @@ import pytest
 import torch
 from tests.models.triton_checks import compile_for_hopper, interpreted
 
-from ragen_lit.logprobs import _head_kernel_runs_on, token_logprobs
+from ragen_lit.logprobs import token_logprobs, triton_runs_on
 
 # run in the subprocess: each case (logits, targets, temperature, chunk_size) through the interpreted kernels
 _INTERPRET = """
@@ -70,7 +70,7 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_one():
 
 
 def test_scoring_takes_the_kernels_on_cuda_only():
-    assert not _head_kernel_runs_on(torch.device("cpu"))
+    assert not triton_runs_on(torch.device("cpu"))
 
 
 @pytest.mark.cuda
@@ -85,7 +85,7 @@ def test_on_cuda_scoring_without_gradients_takes_the_kernels_and_scores_as_the_c
     ids = torch.randint(0, 151936, (6, 300), device="cuda")
     mask = torch.ones_like(ids, dtype=torch.bool)
     mask[2, 200:] = False
-    assert _head_kernel_runs_on(ids.device)
+    assert triton_runs_on(ids.device)
     with torch.no_grad():
         got = token_logprobs(model, ids, mask, temperature=0.8, max_tokens_per_chunk=512).logprobs
         want = token_logprobs(model, ids, mask, temperature=0.8, max_tokens_per_chunk=512, with_entropy=True).logprobs

@@ -228,7 +228,7 @@ def token_logprobs(
     targets = input_ids[rows, prev + 1]  # [M]
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
-    if not needs_grad and not with_entropy and _head_kernel_runs_on(states.device):
+    if not needs_grad and not with_entropy and triton_runs_on(states.device):
         head_fn = _kernel_head_logprobs  # the logits read once (`logprob_kernel`)
     else:
         head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
@@ -290,9 +290,10 @@ def _kernel_head_logprobs(
     return (target_logprobs(head(states), targets, temperature),)
 
 
-def _head_kernel_runs_on(device: torch.device) -> bool:
-    """Whether the target-log-prob kernels serve scoring without gradients or entropy: on CUDA with Triton, on a GPU
-    Triton compiles for (compute capability 7.0 or later)."""
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether the project's Triton kernels can run on `device`: CUDA with Triton installed, on a GPU Triton compiles
+    for (compute capability 7.0 or later). The target-log-prob kernels then serve scoring without gradients or
+    entropy, and the scorer's row-attention kernel runs where it takes the queries."""
     return (
         device.type == "cuda"
         and importlib.util.find_spec("triton") is not None

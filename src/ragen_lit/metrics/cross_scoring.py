@@ -195,7 +195,7 @@ def _score_packed(
                     token_logprobs(
                         model,
                         ids,
-                        on_device(real, device),
+                        torch.ones_like(ids, dtype=torch.bool),
                         position_ids=positions,
                         score_mask=torch.zeros_like(ids, dtype=torch.bool),
                         max_tokens_per_chunk=max_tokens_per_chunk,

@@ -24,7 +24,6 @@ segments)` switches a model's attention to `prefix_rows_attention` for the calls
 from __future__ import annotations
 
 import functools
-import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch
 from torch import Tensor
 from transformers import AttentionInterface
 
+from ragen_lit.logprobs import triton_runs_on
 from ragen_lit.models.gqa_attention import MASKED_ATTENTION
 
 NAME = "ragen_prefix_rows"
@@ -171,11 +171,13 @@ def prefix_rows_attention(
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     if segments.captured is not None:
         segments.captured[layer] = (k, v)
+
+    def own() -> tuple[Tensor, Tensor]:  # each row over its own earlier tokens
+        rows, longest = segments.cu_rows, segments.max_row
+        return varlen_attention(q, k, v, rows, rows, longest, longest, causal=True, scale=scale)
+
     if segments.prefixes is None:
-        out, _ = varlen_attention(
-            q, k, v, segments.cu_rows, segments.cu_rows, segments.max_row, segments.max_row, causal=True, scale=scale
-        )
-        return out[None], None
+        return own()[0][None], None
     prefix_keys, prefix_values = segments.prefixes[layer]
     out_prefix, lse_prefix = varlen_attention(
         q,
@@ -188,25 +190,15 @@ def prefix_rows_attention(
         causal=False,
         scale=scale,
     )
-    if _row_kernel_runs(q):  # the rows' own attention and the merge in one kernel (`models.row_attention_kernel`)
-        from ragen_lit.models.row_attention_kernel import rows_attention_merged
+    if triton_runs_on(q.device):
+        from ragen_lit.models.row_attention_kernel import rows_attention_merged, runs_on
 
-        out = rows_attention_merged(q, k, v, segments.cu_rows, segments.max_row, out_prefix, lse_prefix, scale)
-        return out[None], None
-    out, lse = varlen_attention(
-        q, k, v, segments.cu_rows, segments.cu_rows, segments.max_row, segments.max_row, causal=True, scale=scale
-    )
+        if runs_on(q):  # the rows' own attention and the merge in one kernel
+            out = rows_attention_merged(q, k, v, segments.cu_rows, segments.max_row, out_prefix, lse_prefix, scale)
+            return out[None], None
+    out, lse = own()
     out = (_compiled_merge() if out.is_cuda else merge_attention)(out, lse, out_prefix, lse_prefix)
     return out[None], None
-
-
-def _row_kernel_runs(query: Tensor) -> bool:
-    """Whether the rows' own attention and the merge run as one Triton kernel: with Triton, on what it takes."""
-    if not query.is_cuda or importlib.util.find_spec("triton") is None:
-        return False
-    from ragen_lit.models.row_attention_kernel import runs_on
-
-    return runs_on(query)
 
 
 @functools.cache
