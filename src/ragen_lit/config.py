@@ -335,10 +335,10 @@ class DiagnosticsConfig:
     group's prefix tokens; otherwise padded tokens, each with a copy of its prompt's cached keys); 0 = auto: 8192 on
     CPU; on a GPU what 1/20 of its memory holds in key/value copies, at most 262144"""
     attention: str = checked("varlen", choices=SCORER_ATTENTION)
-    """the cross-scorer's attention: varlen (rows packed end to end, no padding, each over its own tokens and its
-    prompt's prefix read once, merged by log-sum-exp: FlashAttention's variable-length kernel on a GPU in bf16/fp16, the
-    rows' own attention and the merge one Triton kernel; models whose attention cannot run packed, e.g. sliding
-    windows, use efficient) | efficient (every row gets a copy
+    """the cross-scorer's attention: varlen (rows packed end to end, no padding, each over its prompt's prefix read
+    once and its own tokens: one Triton kernel on a GPU in bf16/fp16, otherwise two variable-length attentions merged
+    by log-sum-exp; models whose attention cannot run packed, e.g. sliding windows, use efficient) | efficient (every
+    row gets a copy
     of its prompt's cached prefix and runs sdpa's memory-efficient kernel under a mask; math where it is missing, e.g.
     on a CPU) | auto (the same with PyTorch's kernel choice: cuDNN's on Hopper GPUs, which builds a plan on the host for
     every new shape; docs/PERFORMANCE.md sessions 15 and 16)"""

@@ -13,11 +13,12 @@ so a forward over packed rows runs two variable-length attentions and merges the
 - prefix: all tokens of prompt j's rows over prompt j's prefix (not causal, one segment per prompt; the rows are
   sorted by prompt), read from one packed copy of the prefixes' keys and values per layer, never gathered per row.
 
-No work goes to padding and no mask exists. On CUDA in fp16/bf16 the prefix attention runs FlashAttention's
-variable-length kernel (`varlen_attention`, grouped-query heads native), and the own attention and the merge one
-Triton kernel (`models.row_attention_kernel`; FlashAttention and a compiled merge where it does not apply); on a CPU
-each segment runs on its own through PyTorch's CPU flash kernel. Where neither runs (fp32 on CUDA, older GPUs, other
-devices) the attention raises `UnsupportedAttention` and the scorer takes its masked path. `packed_rows(model,
+No work goes to padding and no mask exists. On CUDA in fp16/bf16 both attentions run as one Triton kernel, one
+online softmax over the prefix's keys and then the row's own (`models.row_attention_kernel`); where it does not apply
+the prefix attention runs FlashAttention's variable-length kernel (`varlen_attention`, grouped-query heads native),
+the own attention too, and a compiled merge; on a CPU each segment runs on its own through PyTorch's CPU flash
+kernel. Where neither runs (fp32 on CUDA, older GPUs, other devices) the attention raises `UnsupportedAttention` and
+the scorer takes its masked path. `packed_rows(model,
 segments)` switches a model's attention to `prefix_rows_attention` for the calls inside it.
 """
 
@@ -62,6 +63,9 @@ class RowSegments:
     prefixes: list[tuple[Tensor, Tensor]] | None = None
     """per decoder layer, the prefixes' keys and values [N_prefix, H_kv, D] (after the rotary embedding); None: the
     rows attend over themselves only (the prefixes' own forward)"""
+    row_starts: Tensor | None = None
+    """int32 [T]: where each token's row starts (`cu_rows[r]` of its row r), for the one-kernel attention over
+    prefixes and rows (`models.row_attention_kernel`)"""
     captured: dict[int, tuple[Tensor, Tensor]] | None = None
     """if given, every layer's attention stores its keys and values [T, H_kv, D] here under its layer index: the
     prefixes' forward leaves them as the rows' `prefixes`, without a KV cache (whose forwards run uncompiled)"""
@@ -179,6 +183,23 @@ def prefix_rows_attention(
     if segments.prefixes is None:
         return own()[0][None], None
     prefix_keys, prefix_values = segments.prefixes[layer]
+    if segments.row_starts is not None and triton_runs_on(q.device):
+        from ragen_lit.models.row_attention_kernel import rows_over_prefix, runs_on
+
+        if runs_on(q):  # the prefix's keys and the row's own in one online softmax
+            out = rows_over_prefix(
+                q,
+                k,
+                v,
+                prefix_keys,
+                prefix_values,
+                segments.cu_queries,
+                segments.cu_prefix,
+                segments.row_starts,
+                segments.max_queries,
+                scale,
+            )
+            return out[None], None
     out_prefix, lse_prefix = varlen_attention(
         q,
         prefix_keys,
@@ -190,12 +211,6 @@ def prefix_rows_attention(
         causal=False,
         scale=scale,
     )
-    if triton_runs_on(q.device):
-        from ragen_lit.models.row_attention_kernel import rows_attention_merged, runs_on
-
-        if runs_on(q):  # the rows' own attention and the merge in one kernel
-            out = rows_attention_merged(q, k, v, segments.cu_rows, segments.max_row, out_prefix, lse_prefix, scale)
-            return out[None], None
     out, lse = own()
     out = (_compiled_merge() if out.is_cuda else merge_attention)(out, lse, out_prefix, lse_prefix)
     return out[None], None

@@ -1,14 +1,17 @@
-"""The cross-scorer's rows over their own tokens, merged with their prompt's prefix attention, in one Triton kernel.
+"""The cross-scorer's attention in one Triton kernel: each packed row over its prompt's prefix and its own earlier
+tokens.
 
-`prefix_attention.prefix_rows_attention` runs, per layer, FlashAttention's variable-length kernel twice (the rows over
-their prompts' prefixes, then each row over its own earlier tokens) and merges the two by their log partition sums.
-The rows are short (a reasoning of ~100 tokens), so the second call runs one mostly masked 128 × 128 tile per row and
-head, and the merge reads both outputs again: 62 + 38 ms of a 1.28 s diagnostics iteration on an H200
-(docs/PERFORMANCE.md, session 19). Here program (query block, row, head) runs the row's causal attention with an
-online softmax over key blocks of `BLOCK_N` (grouped-query heads read their key head in place) and, in its epilogue,
-merges the prefix attention's output and log partition sum (`merge_attention`'s σ(λ_a − λ_b) weights), writing the
-layer's attention output once. Float32 accumulation, as FlashAttention's; equal up to rounding. Triton needs a CUDA
-device, or `TRITON_INTERPRET=1` on a CPU, which the tests use.
+`prefix_attention.prefix_rows_attention` attends a forward's packed rows `[x_{P−1} | z_r]` over their prompt's
+prefix (not causal: prompt j's rows over prompt j's keys) and over their own earlier tokens (causal, one segment per
+row), and merges the two softmaxes by their log partition sums. Run as FlashAttention's variable-length kernel over
+the prefixes, then a kernel over the rows' own tokens with the merge in its epilogue, the two passes wrote and read
+the prefix attention's output and log partition sums again: 141 + 40 ms of a 1.23-1.30 s diagnostics iteration on
+an H200 (docs/PERFORMANCE.md, session 20). Here program (query block, prompt, head) runs one online softmax over both
+key sets: the prompt's prefix in blocks of `BLOCK_K` keys, then the keys of its rows from the first query's row start
+to the block's end, masked to the query's own row and not after it (token t's row starts at `row_starts[t]`), and
+writes the output once. Grouped-query heads read their key head in place; float32 accumulation and scores scaled in
+float32, as FlashAttention's: equal up to rounding (on an H200 the scorer's shapes ran 14-23% faster than the two
+passes). Triton needs a CUDA device, or `TRITON_INTERPRET=1` on a CPU, which the tests use.
 """
 
 from __future__ import annotations
@@ -17,62 +20,120 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_M = 64
-BLOCK_N = 64
+# the tiles measured fastest at the scorer's shapes on an H200 (session 20): 128 queries, 32 keys, 4 warps, 3 stages
+BLOCK_Q = 128
+BLOCK_K = 32
+
+
+@triton.jit
+def _online_softmax_step(scores, v, running_max, running_sum, acc):
+    """One key block of the online softmax (scores in base 2, -inf where masked): the new running max, sum and
+    accumulator. A query that has seen no key keeps a zero sum and accumulator."""
+    new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+    shift = tl.where(new_max > float("-inf"), new_max, 0.0)
+    weights = tl.exp2(scores - shift[:, None])
+    rescale = tl.exp2(running_max - shift)
+    running_sum = running_sum * rescale + tl.sum(weights, axis=1)
+    acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
+    return new_max, running_sum, acc
 
 
 @triton.jit(do_not_specialize=["groups", "scale"])
-def _rows_merged(
-    q_ptr, k_ptr, v_ptr, cu_ptr, prefix_out_ptr, prefix_lse_ptr, out_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_pt, stride_ph, stride_lh, stride_ot,
-    stride_oh, groups, scale,
+def _rows_over_prefix(
+    q_ptr, k_ptr, v_ptr, pk_ptr, pv_ptr, cu_q_ptr, cu_p_ptr, starts_ptr, out_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_pkt, stride_pkh, stride_pvt, stride_pvh,
+    stride_ot, stride_oh, groups, scale,
     HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     block = tl.program_id(0)
-    row = tl.program_id(1)
+    segment = tl.program_id(1)
     head = tl.program_id(2)
-    start = tl.load(cu_ptr + row)
-    length = tl.load(cu_ptr + row + 1) - start
-    if block * BLOCK_Q >= length:
+    begin = tl.load(cu_q_ptr + segment) + block * BLOCK_Q
+    end = tl.load(cu_q_ptr + segment + 1)
+    if begin >= end:
         return
-    queries = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    tokens = begin + tl.arange(0, BLOCK_Q)
+    valid = tokens < end
     dims = tl.arange(0, HEAD_DIM)
-    valid = queries < length
-    tokens = (start + queries).to(tl.int64)
-    q = tl.load(q_ptr + tokens[:, None] * stride_qt + head * stride_qh + dims[None, :], mask=valid[:, None], other=0.0)
+    q = tl.load(q_ptr + tokens.to(tl.int64)[:, None] * stride_qt + head * stride_qh + dims[None, :],
+                mask=valid[:, None], other=0.0)  # fmt: skip
+    scale2 = scale * 1.4426950408889634  # scores in base 2: log2(e)
     key_head = head // groups
     running_max = tl.full([BLOCK_Q], float("-inf"), tl.float32)
     running_sum = tl.zeros([BLOCK_Q], tl.float32)
     acc = tl.zeros([BLOCK_Q, HEAD_DIM], tl.float32)
-    scale2 = scale * 1.4426950408889634  # scores in base 2: log2(e)
-    last = tl.minimum((block + 1) * BLOCK_Q, length)  # causal: no key after the block's last query
-    for first in range(0, last, BLOCK_K):
+    # the prompt's prefix: every key, no causal mask
+    prefix_end = tl.load(cu_p_ptr + segment + 1)
+    for first in range(tl.load(cu_p_ptr + segment), prefix_end, BLOCK_K):
         keys = first + tl.arange(0, BLOCK_K)
-        key_tokens = (start + keys).to(tl.int64)
-        inside = keys < length
-        k = tl.load(k_ptr + key_tokens[None, :] * stride_kt + key_head * stride_kh + dims[:, None],
+        inside = keys < prefix_end
+        key_rows = keys.to(tl.int64)
+        k = tl.load(pk_ptr + key_rows[None, :] * stride_pkt + key_head * stride_pkh + dims[:, None],
                     mask=inside[None, :], other=0.0)  # fmt: skip
-        scores = tl.dot(q, k) * scale2
-        scores = tl.where((keys[None, :] <= queries[:, None]) & inside[None, :], scores, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-        shift = tl.where(new_max > float("-inf"), new_max, 0.0)  # a padding query sees no key: its sums stay 0
-        weights = tl.exp2(scores - shift[:, None])
-        rescale = tl.exp2(running_max - shift)
-        running_sum = running_sum * rescale + tl.sum(weights, axis=1)
-        v = tl.load(v_ptr + key_tokens[:, None] * stride_vt + key_head * stride_vh + dims[None, :],
+        v = tl.load(pv_ptr + key_rows[:, None] * stride_pvt + key_head * stride_pvh + dims[None, :],
                     mask=inside[:, None], other=0.0)  # fmt: skip
-        acc = acc * rescale[:, None] + tl.dot(weights.to(v.dtype), v)
-        running_max = new_max
-    total = tl.where(running_sum > 0, running_sum, 1.0)
-    own = acc / total[:, None]
-    own_lse = (running_max + tl.log2(total)) * 0.6931471805599453  # natural log, as FlashAttention's
-    prefix_lse = tl.load(prefix_lse_ptr + head * stride_lh + start + queries, mask=valid, other=0.0)
-    prefix_out = tl.load(prefix_out_ptr + tokens[:, None] * stride_pt + head * stride_ph + dims[None, :],
-                         mask=valid[:, None], other=0.0).to(tl.float32)  # fmt: skip
-    own_weight = 1.0 / (1.0 + tl.exp(prefix_lse - own_lse))  # σ(λ_own − λ_prefix)
-    merged = prefix_out + own_weight[:, None] * (own - prefix_out)
-    tl.store(out_ptr + tokens[:, None] * stride_ot + head * stride_oh + dims[None, :],
-             merged.to(out_ptr.dtype.element_ty), mask=valid[:, None])  # fmt: skip
+        scores = tl.where(inside[None, :], tl.dot(q, k) * scale2, float("-inf"))
+        running_max, running_sum, acc = _online_softmax_step(scores, v, running_max, running_sum, acc)
+    # the rows' own tokens: a key of the same row (same start), not after the query
+    starts = tl.load(starts_ptr + tokens, mask=valid, other=-1)
+    own_end = tl.minimum(begin + BLOCK_Q, end)
+    for first in range(tl.load(starts_ptr + begin), own_end, BLOCK_K):
+        keys = first + tl.arange(0, BLOCK_K)
+        inside = keys < own_end
+        key_rows = keys.to(tl.int64)
+        key_starts = tl.load(starts_ptr + keys, mask=inside, other=-2)
+        k = tl.load(k_ptr + key_rows[None, :] * stride_kt + key_head * stride_kh + dims[:, None],
+                    mask=inside[None, :], other=0.0)  # fmt: skip
+        v = tl.load(v_ptr + key_rows[:, None] * stride_vt + key_head * stride_vh + dims[None, :],
+                    mask=inside[:, None], other=0.0)  # fmt: skip
+        seen = (key_starts[None, :] == starts[:, None]) & (keys[None, :] <= tokens[:, None])
+        scores = tl.where(seen, tl.dot(q, k) * scale2, float("-inf"))
+        running_max, running_sum, acc = _online_softmax_step(scores, v, running_max, running_sum, acc)
+    out = acc / tl.where(running_sum > 0, running_sum, 1.0)[:, None]
+    tl.store(out_ptr + tokens.to(tl.int64)[:, None] * stride_ot + head * stride_oh + dims[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=valid[:, None])  # fmt: skip
+
+
+def rows_over_prefix(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    prefix_key: torch.Tensor,
+    prefix_value: torch.Tensor,
+    cu_queries: torch.Tensor,
+    cu_prefix: torch.Tensor,
+    row_starts: torch.Tensor,
+    max_queries: int,
+    scale: float,
+    *,
+    block_q: int = BLOCK_Q,
+    block_k: int = BLOCK_K,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
+    """Each packed row's attention over its prompt's prefix and its own earlier tokens, in one pass: `query` [T, H, D],
+    `key`, `value` [T, H_kv, D] the rows' tokens, prompt j's rows the tokens `cu_queries[j] .. cu_queries[j + 1] − 1`
+    (`max_queries` the most of any prompt), attending over `prefix_key`, `prefix_value` [P, H_kv, D] positions
+    `cu_prefix[j] .. cu_prefix[j + 1] − 1` (not causal) and over their own row's tokens up to themselves (token t's
+    row starts at `row_starts[t]`, int32 [T]). Returns [T, H, D] contiguous, in `query`'s dtype. Every row holds at
+    least one token; a prompt may have no rows or an empty prefix. `block_q`, `block_k` (powers of two, at least 16),
+    `num_warps` and `num_stages` are the kernel's launch configuration, for tests and benchmarks."""
+    tokens, heads, head_dim = query.shape
+    if any(t.stride(-1) != 1 for t in (query, key, value, prefix_key, prefix_value)):
+        raise ValueError("rows_over_prefix reads head dimensions that are contiguous")
+    out = query.new_empty(tokens, heads, head_dim)
+    segments = cu_queries.numel() - 1
+    if tokens == 0 or segments == 0:
+        return out
+    grid = (triton.cdiv(max_queries, block_q), segments, heads)
+    _rows_over_prefix[grid](
+        query, key, value, prefix_key, prefix_value, cu_queries, cu_prefix, row_starts, out,
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        prefix_key.stride(0), prefix_key.stride(1), prefix_value.stride(0), prefix_value.stride(1),
+        out.stride(0), out.stride(1), heads // key.shape[1], scale,
+        HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return out
 
 
 def runs_on(query: torch.Tensor) -> bool:
@@ -84,40 +145,3 @@ def runs_on(query: torch.Tensor) -> bool:
         and 16 <= head_size <= 128
         and head_size & (head_size - 1) == 0
     )
-
-
-def rows_attention_merged(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cu_rows: torch.Tensor,
-    max_row: int,
-    prefix_out: torch.Tensor,
-    prefix_lse: torch.Tensor,
-    scale: float,
-    *,
-    block_q: int = BLOCK_M,
-    block_k: int = BLOCK_N,
-) -> torch.Tensor:
-    """Each packed row's causal attention over its own tokens (`query` [T, H, D], `key`, `value` [T, H_kv, D], row r
-    the tokens `cu_rows[r] .. cu_rows[r + 1] − 1`, `max_row` the longest), merged with the attention over its
-    prompt's prefix (`prefix_out` [T, H, D], `prefix_lse` [H, T] float32 natural log partition sums): the attention
-    over both key sets, [T, H, D] in `query`'s dtype. Every row holds at least one token. `block_q`, `block_k`
-    (powers of two, at least 16) are the kernel's tiles, for tests."""
-    tokens, heads, head_dim = query.shape
-    rows = cu_rows.numel() - 1
-    if query.stride(-1) != 1 or key.stride(-1) != 1 or value.stride(-1) != 1 or prefix_out.stride(-1) != 1:
-        raise ValueError("rows_attention_merged reads head dimensions that are contiguous")
-    prefix_lse = prefix_lse if prefix_lse.stride(-1) == 1 else prefix_lse.contiguous()
-    out = torch.empty_like(query)
-    if tokens == 0 or rows == 0:
-        return out
-    grid = (triton.cdiv(max_row, block_q), rows, heads)
-    _rows_merged[grid](
-        query, key, value, cu_rows, prefix_out, prefix_lse, out,
-        query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        prefix_out.stride(0), prefix_out.stride(1), prefix_lse.stride(0), out.stride(0), out.stride(1),
-        heads // key.shape[1], scale,
-        HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_K=block_k,
-    )  # fmt: skip
-    return out
