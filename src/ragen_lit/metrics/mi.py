@@ -351,8 +351,10 @@ class MIDiagnostics(_FoldsEMAOnCompute):
         updates = score_row_sums(scores_tok, target, column_groups, self.recall_ks)
         seq_sums = score_row_sums(scores_sum, target, column_groups)
         updates.update({f"seq_{name}": seq_sums[name] for name in _LOGPROB_SUMS})
-        for name, value in updates.items():
-            setattr(self, name, getattr(self, name) + value.to(self.device))
+        # one copy to the states' device for all sums (each small copy to a GPU waits for it)
+        values = torch.stack([value.double() for value in updates.values()]).to(self.device)
+        for name, value in zip(updates, values.unbind(), strict=True):
+            setattr(self, name, getattr(self, name) + value)
 
     def compute(self) -> dict[str, Tensor]:
         rows = self.num_rows
