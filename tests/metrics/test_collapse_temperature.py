@@ -1,5 +1,5 @@
 """The online diagnostics score reasonings at the rollout temperature they were sampled at, on the masked-attention
-kernels the config names, and time each scope."""
+kernels the config names, both scopes in one scorer call, and time the scoring."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from ragen_lit.metrics import collapse
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 
 
-def _diagnostics(monkeypatch, seen, sleep=()):
-    """`maybe_compute` over 3 one-turn trajectories with a fake scorer (the i-th call sleeps `sleep[i]` seconds)."""
+def _diagnostics(monkeypatch, seen, sleep=0.0):
+    """`maybe_compute` over 3 one-turn trajectories with a fake scorer (which sleeps `sleep` seconds)."""
 
-    def fake_cross_score(policy, prompts, reasonings, **kwargs):
-        seen.append((kwargs["temperature"], kwargs["attention"]))
-        time.sleep(sleep[len(seen) - 1] if len(seen) <= len(sleep) else 0)
-        scores = torch.eye(len(reasonings), len(prompts))
-        return scores, scores
+    def fake_cross_score_scopes(policy, scopes, **kwargs):
+        seen.append((len(scopes), kwargs["temperature"], kwargs["attention"]))
+        time.sleep(sleep)
+        return [(torch.eye(len(reasonings), len(prompts)),) * 2 for prompts, reasonings in scopes]
 
-    monkeypatch.setattr(collapse, "cross_score", fake_cross_score)
+    monkeypatch.setattr(collapse, "cross_score_scopes", fake_cross_score_scopes)
     turn = SimpleNamespace(reasoning="think", prompt_end=2)
     trajectories = [SimpleNamespace(turns=[turn], token_ids=[g + 1, 7, 9], group=g) for g in range(3)]
     chat = SimpleNamespace(encode_many=lambda texts: [[5, 6] for _ in texts], tokenizer=SimpleNamespace(pad_token_id=0))
@@ -31,13 +30,13 @@ def _diagnostics(monkeypatch, seen, sleep=()):
     return CollapseDiagnostics(cfg).maybe_compute(policy, chat, trajectories, iteration=1, temperature=0.7)
 
 
-def test_maybe_compute_passes_the_rollout_temperature_and_the_attention_kernels_to_the_cross_scorer(monkeypatch):
+def test_maybe_compute_scores_both_scopes_in_one_call_at_the_rollout_temperature_and_attention(monkeypatch):
     seen = []
-    _diagnostics(monkeypatch, seen)
-    assert seen == [(0.7, "auto"), (0.7, "auto")]  # first-turn and trajectory scopes; diagnostics.attention
+    out = _diagnostics(monkeypatch, seen)
+    assert seen == [(2, 0.7, "auto")]  # first-turn and trajectory scopes together; diagnostics.attention
+    assert out["collapse/first_turn/retrieval_acc"] == 1.0 and out["collapse/trajectory/retrieval_acc"] == 1.0
 
 
-def test_each_scope_logs_the_seconds_it_took(monkeypatch):
-    out = _diagnostics(monkeypatch, [], sleep=(0.0, 0.2))  # the trajectory scope's scoring is the slow one
-    assert 0.2 <= out["time/diagnostics_trajectory_s"] < 5
-    assert 0 <= out["time/diagnostics_first_turn_s"] < 0.2
+def test_the_scoring_logs_the_seconds_it_took(monkeypatch):
+    out = _diagnostics(monkeypatch, [], sleep=0.2)
+    assert 0.2 <= out["time/diagnostics_scoring_s"] < 5

@@ -14,7 +14,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from ragen_lit.metrics import cross_score, cross_scoring
+from ragen_lit.metrics import cross_score, cross_score_scopes, cross_scoring
 
 # continuing a KV cache; CI also runs these at the lowest declared versions
 pytestmark = pytest.mark.floors
@@ -341,6 +341,71 @@ def test_varlen_packs_each_groups_prefixes_once_and_its_rows_end_to_end():
 )
 def test_varlen_groups_prompts_while_their_prefixes_fit_one_forward(lengths, bound, groups):
     assert cross_scoring._packed_groups(lengths, bound) == groups
+
+
+@pytest.mark.parametrize("kind, attention", [("qwen2", "varlen"), ("llama", "varlen"), ("qwen2", "efficient")])
+def test_scopes_score_what_each_scope_alone_does_in_shared_forwards(kind, attention):
+    """Three scopes, one sharing a prompt and a reasoning with another and one without reasonings: each scope's
+    matrices equal `cross_score` of that scope alone (and the naive pairs). With "varlen" all scopes' distinct
+    prompts run in one prefix forward and all rows in one row forward (the single-scope calls take two each)."""
+    model = tiny_model(kind)
+    scopes = [
+        (SIMILAR_PROMPTS, MIXED_REASONINGS[:4]),
+        ([MIXED_PROMPTS[0], SIMILAR_PROMPTS[1], MIXED_PROMPTS[2]], [MIXED_REASONINGS[2], *REASONINGS]),
+        (PROMPTS[:2], []),
+    ]
+    forwards = []
+    record_forward(model, forwards)
+    got = cross_score_scopes(model, scopes, attention=attention)
+    shared = len(forwards)
+    alone = [cross_score(model, prompts, reasonings, attention=attention) for prompts, reasonings in scopes]
+    model.get_decoder()._forward_pre_hooks.clear()
+    if attention == "varlen":
+        assert shared == 2 and len(forwards) == shared + 2 * 2  # the scope without reasonings runs no forward
+    for (l_tok, l_sum), (want_tok, want_sum), (prompts, reasonings) in zip(got, alone, scopes, strict=True):
+        assert l_sum.shape == (len(reasonings), len(prompts))
+        torch.testing.assert_close(l_sum, want_sum, atol=1e-5, rtol=0)
+        torch.testing.assert_close(l_tok, want_tok, atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            l_sum, naive_matrix(model, prompts, reasonings).reshape(l_sum.shape), atol=1e-4, rtol=0
+        )
+
+
+def test_scopes_score_one_at_a_time_where_the_rows_cannot_run_packed():
+    model = tiny_model("qwen2-sliding")
+    scopes = [(MIXED_PROMPTS, MIXED_REASONINGS[:3]), (SIMILAR_PROMPTS[:2], REASONINGS)]
+    for (_, l_sum), (prompts, reasonings) in zip(cross_score_scopes(model, scopes), scopes, strict=True):
+        torch.testing.assert_close(l_sum, naive_matrix(model, prompts, reasonings), atol=1e-4, rtol=0)
+
+
+def test_scopes_name_the_scope_of_a_bad_input():
+    model = tiny_model("qwen2")
+    with pytest.raises(ValueError, match=r"scope 1: reasonings\[0\] is empty"):
+        cross_score_scopes(model, [(PROMPTS, REASONINGS), (PROMPTS, [[]])])
+    with pytest.raises(ValueError, match="at least one"):
+        cross_score_scopes(model, [])
+
+
+@pytest.mark.parametrize(
+    "sizes, wanted, bound",
+    [
+        ([10] * 5, [set(range(5))] * 2, 40),  # greedy would fill 40, 40 and 20 tokens
+        ([105, 98, 97, 90, 64, 30, 12], [set(range(7))] * 16, 2200),  # shares of 1984 tokens
+        ([7, 5, 3], [{0, 2}, {1}], 100),  # members want different reasonings; one forward
+        ([50, 5, 5], [{0, 1, 2}], 20),  # a row beyond the bound on its own
+    ],
+)
+def test_rows_are_packed_into_as_few_forwards_as_the_bound_allows_with_about_equal_tokens(sizes, wanted, bound):
+    batches = cross_scoring._pack_tokens(sizes, wanted, bound)
+    rows = [(member, k) for k in range(len(sizes)) for member, ks in enumerate(wanted) if k in ks]
+    assert sorted(row for batch in batches for row in batch) == sorted(rows)  # every wanted row once
+    assert all(batch == sorted(batch, key=lambda row: row[0]) for batch in batches)  # by member, for the segments
+    tokens = [sum(sizes[k] for _, k in batch) for batch in batches]
+    assert all(t <= bound or len(batch) == 1 for t, batch in zip(tokens, batches, strict=True))
+    oversized = sum(size > bound for size in sizes)
+    assert len(batches) <= -(-sum(tokens) // bound) + oversized
+    if not oversized:
+        assert max(tokens) - min(tokens) <= max(sizes)
 
 
 def test_varlen_leaves_the_models_attention_setting_as_it_found_it():

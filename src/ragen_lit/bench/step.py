@@ -132,7 +132,7 @@ class PipelineProbe(L.Callback):
         self.update_masks: dict[int, list[dict]] = defaultdict(list)  # per iteration: what the FLOP count needs
         self.epoch_ends: dict[int, float] = {}
         self.reasoning_tokens: list[int] = []
-        self.scope_seconds: dict[str, float] = {}  # diagnostics_<scope>_s: the last diagnostics' seconds per scope
+        self.scoring_seconds: dict[str, float] = {}  # diagnostics_scoring_s: the last diagnostics' scoring seconds
         run_rollouts, diagnostics, prepare = data.run_rollouts, module.collapse_diagnostics, module.prepare_batch
 
         def epoch() -> int:
@@ -161,8 +161,8 @@ class PipelineProbe(L.Callback):
                 values = diagnostics(trajectories, iteration)
             if profiler is not None:
                 self.phase_profiles["diagnostics"] = stop_profiler(profiler, clock.seconds[epoch()]["diagnostics"])
-            if values and profiler is None:  # a measured diagnostics iteration: where its time went, scope by scope
-                self.scope_seconds = {k.removeprefix("time/"): v for k, v in values.items() if k.startswith("time/")}
+            if values and profiler is None:  # a measured diagnostics iteration: how much of it the scoring took
+                self.scoring_seconds = {k.removeprefix("time/"): v for k, v in values.items() if k.startswith("time/")}
             return values
 
         def timed_prepare(batch, keep_ratio):
@@ -345,7 +345,7 @@ def _run(args, save, folder: str) -> dict:
             "prepare_s": mean["prepare"],
             "diagnostics_iteration_s": diagnostics_s,
             "diagnostics_amortised_s": amortised,
-            **probe.scope_seconds,  # diagnostics_<scope>_s
+            **probe.scoring_seconds,  # diagnostics_scoring_s
             "update_s": mean["update"],
             "other_s": mean["other"],
             "step_s": step_s,

@@ -69,11 +69,7 @@ def format_table(res: dict) -> str:
             f"diagnostics (amortised, every {c['diagnostics_every_n_iterations']})",
             s["diagnostics_amortised_s"],
             f"one diagnostics iteration {s['diagnostics_iteration_s']:.3f} s"
-            + "".join(
-                f", {scope} scope {s[f'diagnostics_{scope}_s']:.3f} s"
-                for scope in ("first_turn", "trajectory")
-                if f"diagnostics_{scope}_s" in s
-            )
+            + (f", scoring {s['diagnostics_scoring_s']:.3f} s" if "diagnostics_scoring_s" in s else "")
             + f"; peak {mem.get('diagnostics', 0):.1f} GiB",
         ),
         row(

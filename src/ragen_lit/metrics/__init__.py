@@ -1,6 +1,6 @@
 """Template-collapse diagnostics: cross-scoring (model → score matrices) and the MI proxy metrics."""
 
-from ragen_lit.metrics.cross_scoring import cross_score, gather_prompts
+from ragen_lit.metrics.cross_scoring import cross_score, cross_score_scopes, gather_prompts
 from ragen_lit.metrics.mi import (
     ConditionalEntropy,
     MIDiagnostics,
@@ -29,6 +29,7 @@ __all__ = [
     "MIZScoreEMA",
     "ReasoningEntropy",
     "cross_score",
+    "cross_score_scopes",
     "gather_prompts",
     "matched_and_marginal",
     "recall_chance",

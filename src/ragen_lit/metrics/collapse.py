@@ -23,9 +23,10 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.profiler import record_function
 
 from ragen_lit.metrics import MIDiagnostics
-from ragen_lit.metrics.cross_scoring import cross_score
+from ragen_lit.metrics.cross_scoring import cross_score_scopes
 from ragen_lit.models import kv_heads_and_dim
 from ragen_lit.parallel import collectives as dist_utils
 
@@ -164,64 +165,70 @@ class CollapseDiagnostics(nn.Module):
                 scopes.append(("first_turn", self.first_turn, first_turn_pairs(candidates, self.cfg.num_samples, rng)))
             if self.cfg.trajectory:
                 scopes.append(("trajectory", self.trajectory, trajectory_pairs(candidates, self.cfg.num_samples, rng)))
-            # every scope's scoring queued before any result is read: the host prepares the next scope's inputs
-            # while the device scores the previous one
+            with record_function("ragen/diagnostics.inputs"):  # the regions name the host's work in profiles
+                inputs = self._inputs(chat, [pairs for _, _, pairs in scopes], local)
+            # both scopes scored in shared forwards (a scope of its own would add forwards whose layer calls keep the
+            # device waiting on the host), queued before any result is read
             device = next(policy.parameters()).device
-            scored = []
-            for name, metric, pairs in scopes:
-                scope = self._inputs(chat, pairs, local)
-                started = _mark(device)
-                scores = (
-                    None
-                    if scope is None or not scope[1]
-                    else self._cross_score(policy, chat, scope, temperature, compile_head)
-                )
-                scored.append((name, metric, scope, scores, started, _mark(device)))
-            for name, metric, scope, scores, started, stopped in scored:
-                values = self._metrics(metric, scope, scores)  # ends on the host (.cpu())
+            scoring = [i for i, scope in enumerate(inputs) if scope is not None and scope[1]]
+            started = _mark(device)
+            scored = (
+                self._cross_score(policy, chat, [inputs[i] for i in scoring], temperature, compile_head)
+                if scoring
+                else []
+            )
+            scores = dict(zip(scoring, scored, strict=True))
+            stopped = _mark(device)
+            for i, ((name, metric, _), scope) in enumerate(zip(scopes, inputs, strict=True)):
+                with record_function("ragen/diagnostics.metrics"):
+                    values = self._metrics(metric, scope, scores.get(i))  # ends on the host (.cpu())
                 # '@' is not allowed in MLflow metric names: recall@2 is logged as recall_at2
                 out.update({f"collapse/{name}/{k.replace('@', '_at')}": v for k, v in values.items()})
-                # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
-                out[f"time/diagnostics_{name}_s"] = _seconds(started, stopped)
+            if scoring:  # where the diagnostics time goes (a clock: under time/, with the iteration's phases)
+                out["time/diagnostics_scoring_s"] = _seconds(started, stopped)
         finally:
             policy.train(was_training)
         return out
 
-    def _inputs(self, chat, pairs, local) -> tuple[list[list[int]], list[tuple[list[int], int]]] | None:
-        """`(prompts, mine)` of one scope: every column's prompt, and this rank's share of the drawn `pairs` (those
-        whose trajectory is in `local`) as (reasoning ids, column). One column per distinct key (group for first turn,
-        draw index for trajectory scope), its prompt that of the key's first pair, supplied by the rank holding that
-        pair's trajectory. None when the scope has fewer than two columns (then on every rank: they drew the same
-        pairs)."""
-        first_pair = {}
-        for j, t, key in pairs:
-            first_pair.setdefault(key, (j, t))
-        if len(first_pair) < 2:
-            return None
-        column = {key: c for c, key in enumerate(first_pair)}
+    def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[list[int], int]]] | None]:
+        """Per scope (its drawn pairs in `scopes`), `(prompts, mine)`: every column's prompt, and this rank's share of
+        the drawn pairs (those whose trajectory is in `local`) as (reasoning ids, column). One column per distinct key
+        (group for first turn, draw index for trajectory scope), its prompt that of the key's first pair, supplied by
+        the rank holding that pair's trajectory. None for a scope with fewer than two columns (then on every rank:
+        they drew the same pairs). All scopes' reasonings are encoded in one tokenizer call (the device waits for this
+        host work)."""
 
         def drawn_turn(j: int, t: int):
             return [turn for turn in local[j].turns if turn.reasoning][t]
 
-        owned = [
-            (column[key], local[j].token_ids[: drawn_turn(j, t).prompt_end])
-            for key, (j, t) in first_pair.items()
-            if j in local
+        found = []
+        for pairs in scopes:
+            first_pair = {}
+            for j, t, key in pairs:
+                first_pair.setdefault(key, (j, t))
+            if len(first_pair) < 2:
+                found.append(None)
+                continue
+            column = {key: c for c, key in enumerate(first_pair)}
+            owned = [
+                (column[key], local[j].token_ids[: drawn_turn(j, t).prompt_end])
+                for key, (j, t) in first_pair.items()
+                if j in local
+            ]
+            prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
+            found.append((prompts, [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]))
+        encoded = iter(chat.encode_many([text for scope in found if scope for text, _ in scope[1]]))
+        return [
+            None if scope is None else (scope[0], [(next(encoded), column) for _, column in scope[1]])
+            for scope in found
         ]
-        prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
-        drawn = [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]
-        # one tokenizer call: in the first scope the device waits for this host work
-        encoded = chat.encode_many([reasoning for reasoning, _ in drawn])
-        return prompts, [(ids, c) for ids, (_, c) in zip(encoded, drawn, strict=True)]
 
-    def _cross_score(self, policy, chat, scope, temperature: float, compile_head: bool) -> tuple[torch.Tensor, ...]:
-        """This rank's rows of one scope scored under every column's prompt: `cross_score`'s (L_tok, L_sum), queued
-        on the device and not read."""
-        prompts, mine = scope
-        return cross_score(
+    def _cross_score(self, policy, chat, scopes, temperature: float, compile_head: bool) -> list[tuple]:
+        """This rank's rows of each scope scored under every column's prompt of that scope, in shared forwards:
+        `cross_score_scopes`' (L_tok, L_sum) per scope, queued on the device and not read."""
+        return cross_score_scopes(
             policy,
-            prompts,
-            [reasoning for reasoning, _ in mine],
+            [(prompts, [reasoning for reasoning, _ in mine]) for prompts, mine in scopes],
             max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
             pad_token_id=chat.tokenizer.pad_token_id,
             temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it
@@ -241,4 +248,5 @@ class CollapseDiagnostics(nn.Module):
             target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
         values = metric.compute()
-        return {k: float(v) for k, v in values.items()}
+        # one read of the device for all values
+        return dict(zip(values, torch.stack([value.double() for value in values.values()]).tolist(), strict=True))

@@ -89,22 +89,70 @@ def cross_score(
     Returns:
         `(L_tok, L_sum)`, both [R, N] float32 on the model's device.
     """
-    if len(prompts) == 0:
-        raise ValueError("prompts must hold at least one prompt, got none")
+    return cross_score_scopes(
+        model,
+        [(prompts, reasonings)],
+        max_tokens_per_forward=max_tokens_per_forward,
+        pad_token_id=pad_token_id,
+        max_tokens_per_chunk=max_tokens_per_chunk,
+        temperature=temperature,
+        compile_head=compile_head,
+        pad_widths=pad_widths,
+        attention=attention,
+    )[0]
+
+
+def cross_score_scopes(
+    model: torch.nn.Module,
+    scopes: Sequence[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]],
+    *,
+    max_tokens_per_forward: int = 8192,
+    pad_token_id: int = 0,
+    max_tokens_per_chunk: int = 1024,
+    temperature: float = 1.0,
+    compile_head: bool = False,
+    pad_widths: bool | None = None,
+    attention: str = "varlen",
+) -> list[tuple[Tensor, Tensor]]:
+    """`cross_score` of several independent (prompts, reasonings) scopes, each reasoning of a scope under every
+    prompt of that scope, in shared forwards: with `attention="varlen"` the distinct prompts of all scopes are encoded
+    in the same prefix forwards and the rows of all scopes packed into the same row forwards, so that a small scope
+    (the diagnostics' first-turn scope: 16 prompts of ~330 tokens) adds no forward of its own, whose ~24 layer calls
+    would keep the device waiting on the host. Arguments as `cross_score`'s; returns its `(L_tok, L_sum)` per scope.
+    """
+    if len(scopes) == 0:
+        raise ValueError("scopes must hold at least one (prompts, reasonings) scope, got none")
     if max_tokens_per_forward < 1:
         raise ValueError(f"max_tokens_per_forward must be >= 1, got {max_tokens_per_forward}")
-    for j, prompt in enumerate(prompts):
-        if len(prompt) == 0:
-            raise ValueError(f"prompts[{j}] is empty; every prompt needs at least one token to condition on")
-    for r, reasoning in enumerate(reasonings):
-        if len(reasoning) == 0:
-            raise ValueError(f"reasonings[{r}] is empty; filter out samples without reasoning before scoring")
+    for s, (prompts, reasonings) in enumerate(scopes):
+        where = f"scope {s}: " if len(scopes) > 1 else ""
+        if len(prompts) == 0:
+            raise ValueError(f"{where}prompts must hold at least one prompt, got none")
+        for j, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError(f"{where}prompts[{j}] is empty; every prompt needs at least one token to condition on")
+        for r, reasoning in enumerate(reasonings):
+            if len(reasoning) == 0:
+                raise ValueError(
+                    f"{where}reasonings[{r}] is empty; filter out samples without reasoning before scoring"
+                )
     if attention not in SCORER_ATTENTION:
         raise ValueError(f"attention must be one of {SCORER_ATTENTION}, got {attention!r}")
 
     device = next(model.parameters()).device
-    distinct_prompts, column_of = _distinct(prompts)
-    distinct_reasonings, row_of = _distinct(reasonings)
+    with record_function("ragen/score.distinct"):
+        distinct_prompts, column_of = _distinct([prompt for prompts, _ in scopes for prompt in prompts])
+        distinct_reasonings, row_of = _distinct([reasoning for _, reasonings in scopes for reasoning in reasonings])
+    # per scope, where its prompts and reasonings are among the distinct ones
+    spans, prompts_seen, reasonings_seen = [], 0, 0
+    for prompts, reasonings in scopes:
+        spans.append(
+            (
+                column_of[prompts_seen : prompts_seen + len(prompts)],
+                row_of[reasonings_seen : reasonings_seen + len(reasonings)],
+            )
+        )
+        prompts_seen, reasonings_seen = prompts_seen + len(prompts), reasonings_seen + len(reasonings)
     options = {
         "max_tokens_per_forward": max_tokens_per_forward,
         "pad_token_id": pad_token_id,
@@ -119,9 +167,20 @@ def cross_score(
     scores = None
     if attention == "varlen":
         if usable_cache:
-            with torch.no_grad():
-                scores = _score_packed(model, distinct_prompts, distinct_reasonings, **options)
+            # the distinct reasonings each distinct prompt is scored with: those of every scope that holds it
+            wanted: list[set[int]] = [set() for _ in distinct_prompts]
+            for columns, rows in spans:
+                for column in set(columns):
+                    wanted[column].update(rows)
+            with torch.no_grad(), record_function("ragen/score.packed"):  # the host's work between the regions inside
+                scores = _score_packed(model, distinct_prompts, distinct_reasonings, wanted, **options)
         attention = "efficient"  # the masked kernels, where the rows could not run packed
+    if scores is None and len(scopes) > 1:  # the masked paths score one scope at a time
+        shared = {key: value for key, value in options.items() if key != "device"}
+        return [
+            cross_score_scopes(model, [scope], **shared, pad_widths=pad_widths, attention=attention)[0]
+            for scope in scopes
+        ]
     # grouped-query attention under the rows' masks without copying keys and values per query head
     with torch.no_grad(), folded_gqa(model, attention):
         if scores is None and usable_cache:
@@ -130,10 +189,13 @@ def cross_score(
             )
         if scores is None:
             scores = _score_pairs(model, distinct_prompts, distinct_reasonings, **options)
-    seq_logprob = scores[_sent(row_of, device)][:, _sent(column_of, device)]
-    reasoning_lengths = _sent([len(z) for z in reasonings], device, torch.float64)
-    token_logprob = seq_logprob / reasoning_lengths[:, None]
-    return token_logprob.float(), seq_logprob.float()
+    results = []
+    for (columns, rows), (_, reasonings) in zip(spans, scopes, strict=True):
+        seq_logprob = scores[_sent(rows, device)][:, _sent(columns, device)]
+        reasoning_lengths = _sent([len(z) for z in reasonings], device, torch.float64)
+        token_logprob = seq_logprob / reasoning_lengths[:, None]
+        results.append((token_logprob.float(), seq_logprob.float()))
+    return results
 
 
 def _sent(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
@@ -146,14 +208,23 @@ def _sent(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tens
 def _distinct(sequences: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
     """The distinct token lists (first-seen order) and, for every input, the index of its distinct copy."""
     index: dict[tuple[int, ...], int] = {}
-    positions = [index.setdefault(tuple(int(token) for token in sequence), len(index)) for sequence in sequences]
+    positions = [index.setdefault(_key(sequence), len(index)) for sequence in sequences]
     return [list(sequence) for sequence in index], positions
+
+
+def _key(sequence: Sequence[int]) -> tuple[int, ...]:
+    """A token list as a dictionary key: its Python ints (a tensor's items, which hash by identity, made ints; a
+    list's are taken as they are, ~15x faster than converting each: 50k prompt tokens per diagnostics scope)."""
+    if isinstance(sequence, Tensor):
+        return tuple(sequence.tolist())
+    return tuple(sequence) if isinstance(sequence, list | tuple) else tuple(int(token) for token in sequence)
 
 
 def _score_packed(
     model: torch.nn.Module,
     prompts: list[list[int]],
     reasonings: list[list[int]],
+    wanted: list[set[int]],
     *,
     max_tokens_per_forward: int,
     pad_token_id: int,
@@ -163,7 +234,8 @@ def _score_packed(
     device: torch.device,
 ) -> Tensor | None:
     """L_sum [R, N] float64 from packed forwards over shared prefixes (`models.prefix_attention`), or None where the
-    model's attention or cache cannot run that way.
+    model's attention or cache cannot run that way. Prompt j is scored with the reasonings `wanted[j]` (indices into
+    `reasonings`; the entries of other pairs stay 0, and a prompt wanting none is not encoded).
 
     Prompts are taken longest first in groups whose prefixes (all but each prompt's last token) fit one forward
     (`_packed_groups`: nothing is padded, so lengths need not be similar). A group's prefixes run as one packed
@@ -180,7 +252,8 @@ def _score_packed(
         [[pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])] for k, r in enumerate(order)], device
     )
     reasoning_row = _sent(order, device)
-    prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
+    position = {r: k for k, r in enumerate(order)}
+    prompt_order = sorted((j for j in range(len(prompts)) if wanted[j]), key=lambda j: -len(prompts[j]))
     try:
         for group in _packed_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
             columns = [prompt_order[g] for g in group]
@@ -220,7 +293,9 @@ def _score_packed(
                 prefix_lengths=_sent(prefix_lengths, device),
                 last_token=_sent([prompts[j][-1] for j in columns], device),
                 column_of=_sent(columns, device),
-                batches=_pack_tokens(sizes, len(columns), max_tokens_per_forward),
+                batches=_pack_tokens(
+                    sizes, [{position[r] for r in wanted[j]} for j in columns], max_tokens_per_forward
+                ),
                 sizes=sizes,
                 reasoning_ids=reasoning_ids,
                 reasoning_row=reasoning_row,
@@ -275,7 +350,12 @@ def _score_group_rows(
         token_member = member[row_of_token]
         ids = torch.where(offset == 0, last_token[token_member], reasoning_ids[sample[row_of_token], offset])
         segments = dataclasses.replace(
-            prefix, cu_rows=cu_rows.int(), max_row=longest_row, cu_queries=cu_queries.int(), max_queries=longest_member
+            prefix,
+            cu_rows=cu_rows.int(),
+            max_row=longest_row,
+            cu_queries=cu_queries.int(),
+            max_queries=longest_member,
+            row_starts=cu_rows[row_of_token].int(),
         )
         with packed_rows(model, segments), record_function("ragen/score.rows"):
             logprobs = token_logprobs(
@@ -314,22 +394,31 @@ def _offsets(lengths: list[int]) -> list[int]:
     return [0, *itertools.accumulate(lengths)]
 
 
-def _pack_tokens(sizes: list[int], members: int, max_tokens_per_forward: int) -> list[list[tuple[int, int]]]:
-    """Batches of (group member, reasoning index) rows for one prompt group, reasonings longest first, each under
-    every member; a batch holds rows while their tokens (`sizes[k]` each) stay within the bound (a row beyond it
-    on its own). Each batch is sorted by member (stably), as the prefix segments need."""
+def _pack_tokens(sizes: list[int], wanted: list[set[int]], max_tokens_per_forward: int) -> list[list[tuple[int, int]]]:
+    """Batches of (group member, reasoning index) rows for one prompt group: reasonings longest first (`sizes[k]`
+    tokens each), each under every member that wants it (`wanted[member]` holds indices k). As many batches as the
+    bound needs (`max_tokens_per_forward`; a row beyond it on its own, and one more batch where the rows do not pack
+    that tightly), each taking about an equal share of the tokens left: a last batch of a few rows would be a forward
+    whose ~24 layer calls keep the device waiting on the host. Each batch is sorted by member (stably), as the prefix
+    segments need."""
+    rows = [(member, k) for k in range(len(sizes)) for member, ks in enumerate(wanted) if k in ks]
+    remaining = sum(sizes[k] for _, k in rows)
+    forwards = -(-remaining // max_tokens_per_forward)
     batches: list[list[tuple[int, int]]] = []
-    batch: list[tuple[int, int]] = []
-    tokens = 0
-    for k, size in enumerate(sizes):
-        for member in range(members):
-            if batch and tokens + size > max_tokens_per_forward:
-                batches.append(batch)
-                batch, tokens = [], 0
+    taken = 0
+    while taken < len(rows):
+        target = -(-remaining // max(forwards - len(batches), 1))  # an equal share of what is left
+        batch, tokens = [], 0
+        for member, k in rows[taken:]:
+            size = sizes[k]
+            # stop at the bound, or where one more row would end farther from the share than this
+            if batch and (tokens + size > max_tokens_per_forward or tokens + size - target > target - tokens):
+                break
             batch.append((member, k))
             tokens += size
-    if batch:
         batches.append(batch)
+        taken += len(batch)
+        remaining -= tokens
     return [sorted(batch, key=lambda row: row[0]) for batch in batches]
 
 
