@@ -91,3 +91,25 @@ def test_on_cuda_scoring_without_gradients_takes_the_kernels_and_scores_as_the_c
         want = token_logprobs(model, ids, mask, temperature=0.8, max_tokens_per_chunk=512, with_entropy=True).logprobs
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert got[2, 201:].abs().sum() == 0 and got[:, 1:].abs().sum() > 0
+
+
+class _Launches:
+    """Stands in for a Triton kernel: `kernel[grid](*args, **meta)` records the tensor arguments."""
+
+    def __init__(self):
+        self.tensors = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.tensors.extend(a for a in args if torch.is_tensor(a))
+
+
+def test_every_buffer_the_kernels_take_is_16_byte_aligned_for_odd_row_counts(monkeypatch):
+    """Triton specialises a pointer argument on its 16-byte alignment: a buffer at an unaligned offset (the second half
+    of one allocation, for an odd number of rows) compiled the kernels again mid-run (~0.1 s on an H200)."""
+    from ragen_lit import logprob_kernel
+
+    for name in ("_partial_log_partition", "_target_logprob"):
+        monkeypatch.setattr(logprob_kernel, name, _Launches())
+    logprob_kernel.target_logprobs(torch.zeros(3, 10_000, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.long))
+    tensors = logprob_kernel._partial_log_partition.tensors + logprob_kernel._target_logprob.tensors
+    assert len(tensors) == 3 + 5 and all(t.data_ptr() % 16 == 0 for t in tensors)

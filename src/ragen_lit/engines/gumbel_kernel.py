@@ -180,16 +180,18 @@ def gumbel_sample(
         raise ValueError(f"gumbel_sample counts its Philox calls in int32: {batch} x {vocab} logits are too many")
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     chunks = triton.cdiv(vocab, chunk_size)
-    partial = logits.new_empty((3, batch, chunks), dtype=torch.float32)
+    # three allocations, not thirds of one: Triton specialises a pointer on its 16-byte alignment, and a third's offset
+    # (batch x chunks floats) is unaligned for odd batches, a new compilation the first time such a batch comes
+    best, maxima, sums = (logits.new_empty((batch, chunks), dtype=torch.float32) for _ in range(3))
     best_index = torch.empty(batch, chunks, dtype=torch.int32, device=logits.device)
     _gumbel_partial[(batch, chunks)](
         logits,
         logits.stride(0),
         seed,
-        partial[0],
+        best,
         best_index,
-        partial[1],
-        partial[2],
+        maxima,
+        sums,
         vocab,
         1.0 / temperature,
         chunks,
@@ -202,10 +204,10 @@ def gumbel_sample(
     _gumbel_combine[(batch,)](
         logits,
         logits.stride(0),
-        partial[0],
+        best,
         best_index,
-        partial[1],
-        partial[2],
+        maxima,
+        sums,
         token_ids,
         logprobs,
         1.0 / temperature,
