@@ -68,9 +68,9 @@ def _reference(q, k, v, prefix_k, prefix_v, cu_queries, cu_prefix, starts, max_q
 
 
 def test_interpreted_kernel_attends_over_the_prefix_and_the_own_row(tmp_path):
-    """Prefixes of 0 to 48 tokens (several 16-wide key blocks, some ending on a block's end), rows of 1 to 70 tokens (query blocks that span
-    several rows, rows that span several blocks), a prompt without rows, grouped-query heads (4 over 2, and 3 over 1),
-    head sizes 16 and 32; and a query slice whose heads are not contiguous rows of memory."""
+    """Prefixes of 0 to 48 tokens (several 16-wide key blocks, some ending on a block's end), rows of 1 to 70 tokens
+    (query blocks that span several rows, rows that span several blocks), a prompt without rows, grouped-query heads
+    (4 over 2, and 3 over 1), head sizes 16 and 32; and a query slice whose heads are not contiguous rows of memory."""
     cases = [
         _case([23, 0, 40, 5, 17], [[3, 17, 1], [5], [33, 2, 16, 9], [], [70, 1]], heads=4, kv_heads=2, dim=16, seed=0),
         _case([9, 32, 48], [[40, 3, 1], [12], [5]], heads=3, kv_heads=1, dim=32, seed=1),  # prefixes of whole blocks

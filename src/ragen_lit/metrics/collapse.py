@@ -128,8 +128,15 @@ class CollapseDiagnostics(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        self.first_turn = MIDiagnostics()
-        self.trajectory = MIDiagnostics()
+        # on the host (see `_apply`); the states sync over ranks through the backend's device
+        self.first_turn = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)
+        self.trajectory = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)
+
+    def _apply(self, fn, recurse=True):
+        """The metrics stay on the host when the module moves to a GPU: each diagnostics iteration ends with their
+        updates and computes, ~400 operations on scalars, which took ~13 ms of host launches and waits while the
+        device idled on an H200 (docs/PERFORMANCE.md, session 20), and a few ms on the host alone."""
+        return self
 
     def due(self, iteration: int) -> bool:
         every = self.cfg.every_n_iterations

@@ -25,6 +25,14 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+def gather_via_backend_device(tensor: torch.Tensor, group=None) -> list[torch.Tensor]:
+    """Every rank's `tensor` (same shape on all ranks), on `tensor`'s device: the all-gather runs where the backend
+    needs it (a GPU under NCCL), so that host-side metric states can sync (torchmetrics' `dist_sync_fn`)."""
+    parts = [torch.empty_like(tensor, device=_device()) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, tensor.to(_device()), group=group)
+    return [part.to(tensor.device) for part in parts]
+
+
 def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The whole tensor: an FSDP2 `DTensor` is all-gathered (a collective: every rank must call it, in the
     same order); any other tensor comes back as is."""
