@@ -16,10 +16,11 @@ from ragen_lit.metrics.collapse import CollapseDiagnostics
 def _diagnostics(monkeypatch, seen, sleep=0.0):
     """`maybe_compute` over 3 one-turn trajectories with a fake scorer (which sleeps `sleep` seconds)."""
 
-    def fake_cross_score_scopes(policy, scopes, **kwargs):
-        seen.append((len(scopes), kwargs["temperature"], kwargs["attention"]))
+    def fake_cross_score_scopes(policy, prompts, reasonings, **kwargs):
+        reasonings = reasonings()  # the texts are tokenised when the scorer asks
+        seen.append((len(prompts), kwargs["temperature"], kwargs["attention"], reasonings[0][0]))
         time.sleep(sleep)
-        return [(torch.eye(len(reasonings), len(prompts)),) * 2 for prompts, reasonings in scopes]
+        return [(torch.eye(len(rows), len(columns)),) * 2 for columns, rows in zip(prompts, reasonings, strict=True)]
 
     monkeypatch.setattr(collapse, "cross_score_scopes", fake_cross_score_scopes)
     turn = SimpleNamespace(reasoning="think", prompt_end=2)
@@ -33,7 +34,7 @@ def _diagnostics(monkeypatch, seen, sleep=0.0):
 def test_maybe_compute_scores_both_scopes_in_one_call_at_the_rollout_temperature_and_attention(monkeypatch):
     seen = []
     out = _diagnostics(monkeypatch, seen)
-    assert seen == [(2, 0.7, "auto")]  # first-turn and trajectory scopes together; diagnostics.attention
+    assert seen == [(2, 0.7, "auto", [5, 6])]  # both scopes together, tokenised on demand; diagnostics.attention
     assert out["collapse/first_turn/retrieval_acc"] == 1.0 and out["collapse/trajectory/retrieval_acc"] == 1.0
 
 

@@ -356,7 +356,7 @@ def test_scopes_score_what_each_scope_alone_does_in_shared_forwards(kind, attent
     ]
     forwards = []
     record_forward(model, forwards)
-    got = cross_score_scopes(model, scopes, attention=attention)
+    got = cross_score_scopes(model, [p for p, _ in scopes], [z for _, z in scopes], attention=attention)
     shared = len(forwards)
     alone = [cross_score(model, prompts, reasonings, attention=attention) for prompts, reasonings in scopes]
     model.get_decoder()._forward_pre_hooks.clear()
@@ -374,16 +374,42 @@ def test_scopes_score_what_each_scope_alone_does_in_shared_forwards(kind, attent
 def test_scopes_score_one_at_a_time_where_the_rows_cannot_run_packed():
     model = tiny_model("qwen2-sliding")
     scopes = [(MIXED_PROMPTS, MIXED_REASONINGS[:3]), (SIMILAR_PROMPTS[:2], REASONINGS)]
-    for (_, l_sum), (prompts, reasonings) in zip(cross_score_scopes(model, scopes), scopes, strict=True):
+    got = cross_score_scopes(model, [p for p, _ in scopes], [z for _, z in scopes])
+    for (_, l_sum), (prompts, reasonings) in zip(got, scopes, strict=True):
         torch.testing.assert_close(l_sum, naive_matrix(model, prompts, reasonings), atol=1e-4, rtol=0)
 
 
 def test_scopes_name_the_scope_of_a_bad_input():
     model = tiny_model("qwen2")
     with pytest.raises(ValueError, match=r"scope 1: reasonings\[0\] is empty"):
-        cross_score_scopes(model, [(PROMPTS, REASONINGS), (PROMPTS, [[]])])
+        cross_score_scopes(model, [PROMPTS, PROMPTS], [REASONINGS, [[]]])
+    with pytest.raises(ValueError, match=r"scope 0: prompts\[1\] is empty"):
+        cross_score_scopes(model, [[PROMPTS[0], []], PROMPTS], [REASONINGS, REASONINGS])
+    with pytest.raises(ValueError, match="one list per scope"):
+        cross_score_scopes(model, [PROMPTS, PROMPTS], lambda: [REASONINGS])
     with pytest.raises(ValueError, match="at least one"):
-        cross_score_scopes(model, [])
+        cross_score_scopes(model, [], [])
+
+
+def test_reasonings_given_as_a_function_are_made_once_the_first_prefixes_are_queued():
+    """The diagnostics tokenise the reasoning texts while the device encodes the prompts: the function is called
+    after the prefix forward and before the row forward, once, and the scores are those of the lists."""
+    model = tiny_model("qwen2")
+    scopes = [SIMILAR_PROMPTS, [MIXED_PROMPTS[0], MIXED_PROMPTS[2]]]  # no one-token prompt: one prefix group
+    lists = [MIXED_REASONINGS[:3], REASONINGS]
+    forwards, calls = [], []
+
+    def reasonings():
+        calls.append(len(forwards))
+        return lists
+
+    record_forward(model, forwards)
+    got = cross_score_scopes(model, scopes, reasonings)
+    model.get_decoder()._forward_pre_hooks.clear()
+    assert calls == [1] and len(forwards) == 2  # after the prefix forward, before the rows'
+    for (l_tok, l_sum), (want_tok, want_sum) in zip(got, cross_score_scopes(model, scopes, lists), strict=True):
+        torch.testing.assert_close(l_sum, want_sum, atol=0, rtol=0)
+        torch.testing.assert_close(l_tok, want_tok, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize(

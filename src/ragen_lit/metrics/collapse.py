@@ -199,11 +199,10 @@ class CollapseDiagnostics(nn.Module):
 
     def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[list[int], int]]] | None]:
         """Per scope (its drawn pairs in `scopes`), `(prompts, mine)`: every column's prompt, and this rank's share of
-        the drawn pairs (those whose trajectory is in `local`) as (reasoning ids, column). One column per distinct key
+        the drawn pairs (those whose trajectory is in `local`) as (reasoning text, column). One column per distinct key
         (group for first turn, draw index for trajectory scope), its prompt that of the key's first pair, supplied by
         the rank holding that pair's trajectory. None for a scope with fewer than two columns (then on every rank:
-        they drew the same pairs). All scopes' reasonings are encoded in one tokenizer call (the device waits for this
-        host work)."""
+        they drew the same pairs)."""
 
         def drawn_turn(j: int, t: int):
             return [turn for turn in local[j].turns if turn.reasoning][t]
@@ -224,18 +223,21 @@ class CollapseDiagnostics(nn.Module):
             ]
             prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
             found.append((prompts, [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]))
-        encoded = iter(chat.encode_many([text for scope in found if scope for text, _ in scope[1]]))
-        return [
-            None if scope is None else (scope[0], [(next(encoded), column) for _, column in scope[1]])
-            for scope in found
-        ]
+        return found
 
     def _cross_score(self, policy, chat, scopes, temperature: float, compile_head: bool) -> list[tuple]:
         """This rank's rows of each scope scored under every column's prompt of that scope, in shared forwards:
-        `cross_score_scopes`' (L_tok, L_sum) per scope, queued on the device and not read."""
+        `cross_score_scopes`' (L_tok, L_sum) per scope, queued on the device and not read. The reasoning texts of all
+        scopes are tokenised in one call, which the scorer makes while the device encodes the prompts."""
+
+        def reasonings() -> list[list[list[int]]]:
+            encoded = iter(chat.encode_many([text for _, mine in scopes for text, _ in mine]))
+            return [[next(encoded) for _ in mine] for _, mine in scopes]
+
         return cross_score_scopes(
             policy,
-            [(prompts, [reasoning for reasoning, _ in mine]) for prompts, mine in scopes],
+            [prompts for prompts, _ in scopes],
+            reasonings,
             max_tokens_per_forward=tokens_per_forward(policy, self.cfg.max_tokens_per_forward),
             pad_token_id=chat.tokenizer.pad_token_id,
             temperature=temperature,  # the reasonings were sampled at it, and the old log-probs use it

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -91,7 +92,8 @@ def cross_score(
     """
     return cross_score_scopes(
         model,
-        [(prompts, reasonings)],
+        [prompts],
+        [reasonings],
         max_tokens_per_forward=max_tokens_per_forward,
         pad_token_id=pad_token_id,
         max_tokens_per_chunk=max_tokens_per_chunk,
@@ -104,7 +106,8 @@ def cross_score(
 
 def cross_score_scopes(
     model: torch.nn.Module,
-    scopes: Sequence[tuple[Sequence[Sequence[int]], Sequence[Sequence[int]]]],
+    prompts: Sequence[Sequence[Sequence[int]]],
+    reasonings: Sequence[Sequence[Sequence[int]]] | Callable[[], Sequence[Sequence[Sequence[int]]]],
     *,
     max_tokens_per_forward: int = 8192,
     pad_token_id: int = 0,
@@ -114,45 +117,61 @@ def cross_score_scopes(
     pad_widths: bool | None = None,
     attention: str = "varlen",
 ) -> list[tuple[Tensor, Tensor]]:
-    """`cross_score` of several independent (prompts, reasonings) scopes, each reasoning of a scope under every
-    prompt of that scope, in shared forwards: with `attention="varlen"` the distinct prompts of all scopes are encoded
-    in the same prefix forwards and the rows of all scopes packed into the same row forwards, so that a small scope
-    (the diagnostics' first-turn scope: 16 prompts of ~330 tokens) adds no forward of its own, whose ~24 layer calls
-    would keep the device waiting on the host. Arguments as `cross_score`'s; returns its `(L_tok, L_sum)` per scope.
+    """`cross_score` of several independent scopes, each reasoning of scope s (`reasonings[s]`) under every prompt of
+    scope s (`prompts[s]`), in shared forwards: with `attention="varlen"` the distinct prompts of all scopes are
+    encoded in the same prefix forwards and the rows of all scopes packed into the same row forwards, so that a small
+    scope (the diagnostics' first-turn scope: 16 prompts of ~330 tokens) adds no forward of its own, whose ~24 layer
+    calls would keep the device waiting on the host.
+
+    `reasonings` may be a function returning them, called once the first prefix forward is queued (with "varlen";
+    first otherwise): the host work that makes them (the diagnostics tokenise the reasoning texts) then runs while
+    the device encodes the prompts. Other arguments as `cross_score`'s; returns its `(L_tok, L_sum)` per scope.
     """
-    if len(scopes) == 0:
-        raise ValueError("scopes must hold at least one (prompts, reasonings) scope, got none")
+    if len(prompts) == 0:
+        raise ValueError("prompts must hold at least one scope's prompts, got none")
     if max_tokens_per_forward < 1:
         raise ValueError(f"max_tokens_per_forward must be >= 1, got {max_tokens_per_forward}")
-    for s, (prompts, reasonings) in enumerate(scopes):
-        where = f"scope {s}: " if len(scopes) > 1 else ""
-        if len(prompts) == 0:
-            raise ValueError(f"{where}prompts must hold at least one prompt, got none")
-        for j, prompt in enumerate(prompts):
+    where = [f"scope {s}: " if len(prompts) > 1 else "" for s in range(len(prompts))]
+    for s, scope in enumerate(prompts):
+        if len(scope) == 0:
+            raise ValueError(f"{where[s]}prompts must hold at least one prompt, got none")
+        for j, prompt in enumerate(scope):
             if len(prompt) == 0:
-                raise ValueError(f"{where}prompts[{j}] is empty; every prompt needs at least one token to condition on")
-        for r, reasoning in enumerate(reasonings):
-            if len(reasoning) == 0:
                 raise ValueError(
-                    f"{where}reasonings[{r}] is empty; filter out samples without reasoning before scoring"
+                    f"{where[s]}prompts[{j}] is empty; every prompt needs at least one token to condition on"
                 )
     if attention not in SCORER_ATTENTION:
         raise ValueError(f"attention must be one of {SCORER_ATTENTION}, got {attention!r}")
 
     device = next(model.parameters()).device
     with record_function("ragen/score.distinct"):
-        distinct_prompts, column_of = _distinct([prompt for prompts, _ in scopes for prompt in prompts])
-        distinct_reasonings, row_of = _distinct([reasoning for _, reasonings in scopes for reasoning in reasonings])
-    # per scope, where its prompts and reasonings are among the distinct ones
-    spans, prompts_seen, reasonings_seen = [], 0, 0
-    for prompts, reasonings in scopes:
-        spans.append(
-            (
-                column_of[prompts_seen : prompts_seen + len(prompts)],
-                row_of[reasonings_seen : reasonings_seen + len(reasonings)],
-            )
-        )
-        prompts_seen, reasonings_seen = prompts_seen + len(prompts), reasonings_seen + len(reasonings)
+        distinct_prompts, column_of = _distinct([prompt for scope in prompts for prompt in scope])
+    columns = list(_spans(column_of, [len(scope) for scope in prompts]))
+    resolved: list[_Rows] = []
+
+    def rows() -> _Rows:
+        """The reasonings, checked and deduplicated (made once, on first use)."""
+        if not resolved:
+            given = reasonings() if callable(reasonings) else reasonings
+            if len(given) != len(prompts):
+                raise ValueError(f"reasonings must hold one list per scope ({len(prompts)}), got {len(given)}")
+            for s, scope in enumerate(given):
+                for r, reasoning in enumerate(scope):
+                    if len(reasoning) == 0:
+                        raise ValueError(
+                            f"{where[s]}reasonings[{r}] is empty; filter out samples without reasoning before scoring"
+                        )
+            with record_function("ragen/score.distinct"):
+                distinct, row_of = _distinct([reasoning for scope in given for reasoning in scope])
+            spans = list(_spans(row_of, [len(scope) for scope in given]))
+            # the distinct reasonings each distinct prompt is scored with: those of every scope that holds it
+            wanted: list[set[int]] = [set() for _ in distinct_prompts]
+            for scope_columns, scope_rows in zip(columns, spans, strict=True):
+                for column in set(scope_columns):
+                    wanted[column].update(scope_rows)
+            resolved.append(_Rows(given, distinct, spans, wanted))
+        return resolved[0]
+
     options = {
         "max_tokens_per_forward": max_tokens_per_forward,
         "pad_token_id": pad_token_id,
@@ -163,39 +182,51 @@ def cross_score_scopes(
     }
     if pad_widths is None:
         pad_widths = device.type == "cuda"
-    usable_cache = bool(distinct_reasonings) and cache_keyword(model) is not None
+    usable_cache = cache_keyword(model) is not None
     scores = None
     if attention == "varlen":
-        if usable_cache:
-            # the distinct reasonings each distinct prompt is scored with: those of every scope that holds it
-            wanted: list[set[int]] = [set() for _ in distinct_prompts]
-            for columns, rows in spans:
-                for column in set(columns):
-                    wanted[column].update(rows)
+        if usable_cache and (callable(reasonings) or any(len(scope) for scope in reasonings)):
             with torch.no_grad(), record_function("ragen/score.packed"):  # the host's work between the regions inside
-                scores = _score_packed(model, distinct_prompts, distinct_reasonings, wanted, **options)
+                scores = _score_packed(model, distinct_prompts, rows, **options)
         attention = "efficient"  # the masked kernels, where the rows could not run packed
-    if scores is None and len(scopes) > 1:  # the masked paths score one scope at a time
+    given = rows()
+    if scores is None and len(prompts) > 1:  # the masked paths score one scope at a time
         shared = {key: value for key, value in options.items() if key != "device"}
         return [
-            cross_score_scopes(model, [scope], **shared, pad_widths=pad_widths, attention=attention)[0]
-            for scope in scopes
+            cross_score_scopes(model, [scope], [scope_rows], **shared, pad_widths=pad_widths, attention=attention)[0]
+            for scope, scope_rows in zip(prompts, given.reasonings, strict=True)
         ]
     # grouped-query attention under the rows' masks without copying keys and values per query head
     with torch.no_grad(), folded_gqa(model, attention):
-        if scores is None and usable_cache:
-            scores = _score_with_prompt_cache(
-                model, distinct_prompts, distinct_reasonings, pad_widths=pad_widths, **options
-            )
+        if scores is None and usable_cache and given.distinct:
+            scores = _score_with_prompt_cache(model, distinct_prompts, given.distinct, pad_widths=pad_widths, **options)
         if scores is None:
-            scores = _score_pairs(model, distinct_prompts, distinct_reasonings, **options)
+            scores = _score_pairs(model, distinct_prompts, given.distinct, **options)
     results = []
-    for (columns, rows), (_, reasonings) in zip(spans, scopes, strict=True):
-        seq_logprob = scores[_sent(rows, device)][:, _sent(columns, device)]
-        reasoning_lengths = _sent([len(z) for z in reasonings], device, torch.float64)
+    for scope_columns, scope_rows, scope in zip(columns, given.spans, given.reasonings, strict=True):
+        seq_logprob = scores[_sent(scope_rows, device)][:, _sent(scope_columns, device)]
+        reasoning_lengths = _sent([len(z) for z in scope], device, torch.float64)
         token_logprob = seq_logprob / reasoning_lengths[:, None]
         results.append((token_logprob.float(), seq_logprob.float()))
     return results
+
+
+class _Rows(NamedTuple):
+    """`cross_score_scopes`' reasonings: as given (per scope), the distinct ones, each scope's indices into those, and
+    per distinct prompt the distinct reasonings it is scored with."""
+
+    reasonings: Sequence[Sequence[Sequence[int]]]
+    distinct: list[list[int]]
+    spans: list[list[int]]
+    wanted: list[set[int]]
+
+
+def _spans(indices: list[int], sizes: list[int]) -> Iterator[list[int]]:
+    """`indices` cut into consecutive pieces of `sizes`."""
+    start = 0
+    for size in sizes:
+        yield indices[start : start + size]
+        start += size
 
 
 def _sent(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
@@ -223,8 +254,7 @@ def _key(sequence: Sequence[int]) -> tuple[int, ...]:
 def _score_packed(
     model: torch.nn.Module,
     prompts: list[list[int]],
-    reasonings: list[list[int]],
-    wanted: list[set[int]],
+    rows: Callable[[], _Rows],
     *,
     max_tokens_per_forward: int,
     pad_token_id: int,
@@ -234,8 +264,9 @@ def _score_packed(
     device: torch.device,
 ) -> Tensor | None:
     """L_sum [R, N] float64 from packed forwards over shared prefixes (`models.prefix_attention`), or None where the
-    model's attention or cache cannot run that way. Prompt j is scored with the reasonings `wanted[j]` (indices into
-    `reasonings`; the entries of other pairs stay 0, and a prompt wanting none is not encoded).
+    model's attention or cache cannot run that way. `rows()` gives the reasonings (`_Rows`): it is called once the
+    first group's prefixes are queued. Prompt j is scored with the distinct reasonings `wanted[j]`; the entries of
+    other pairs stay 0.
 
     Prompts are taken longest first in groups whose prefixes (all but each prompt's last token) fit one forward
     (`_packed_groups`: nothing is padded, so lengths need not be similar). A group's prefixes run as one packed
@@ -244,58 +275,43 @@ def _score_packed(
     tokens (`_pack_tokens`), positions continuing after each row's prefix, each row over its own tokens and its
     prompt's prefix.
     """
-    seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
-    order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
-    sizes = [1 + len(reasonings[r]) for r in order]  # a row: the prompt's last token, then the reasoning
-    # every reasoning once, behind a slot for the prompt's last token, right-padded (the padding is never read)
-    reasoning_ids = _sent(
-        [[pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])] for k, r in enumerate(order)], device
-    )
-    reasoning_row = _sent(order, device)
-    position = {r: k for k, r in enumerate(order)}
-    prompt_order = sorted((j for j in range(len(prompts)) if wanted[j]), key=lambda j: -len(prompts[j]))
+    prompt_order = sorted(range(len(prompts)), key=lambda j: -len(prompts[j]))
+    reasonings = None
     try:
         for group in _packed_groups([len(prompts[j]) - 1 for j in prompt_order], max_tokens_per_forward):
             columns = [prompt_order[g] for g in group]
-            prefix_lengths = [len(prompts[j]) - 1 for j in columns]  # longest first; all > 0 or all 0
-            cu_prefix = _sent(_offsets(prefix_lengths), device, torch.int32)
-            prefix = RowSegments(cu_rows=cu_prefix, max_row=prefix_lengths[0], captured={})
-            if prefix_lengths[0] > 0:
-                ids = _sent([token for j in columns for token in prompts[j][:-1]], device)[None]
-                positions = on_device(torch.cat([torch.arange(length) for length in prefix_lengths]), device)[None]
-                real = torch.ones(ids.shape, dtype=torch.bool)  # on the host: the forward need not wait for the device
-                with packed_rows(model, prefix), record_function("ragen/score.prefixes"):
-                    token_logprobs(
-                        model,
-                        ids,
-                        torch.ones_like(ids, dtype=torch.bool),
-                        position_ids=positions,
-                        score_mask=torch.zeros_like(ids, dtype=torch.bool),
-                        max_tokens_per_chunk=max_tokens_per_chunk,
-                        host_masks=(real, ~real),
-                    )
-                # every layer must have attended through `packed_rows` (a layer of another kind, e.g. linear
-                # attention, leaves no keys to continue)
-                layers = getattr(model.config, "num_hidden_layers", len(prefix.captured))
-                if sorted(prefix.captured) != list(range(layers)):
-                    return None
-                prefix = dataclasses.replace(
-                    prefix,
-                    cu_prefix=cu_prefix,
-                    max_prefix=prefix_lengths[0],
-                    prefixes=[prefix.captured[layer] for layer in sorted(prefix.captured)],
-                    captured=None,
+            prefix = _encode_prefixes(model, [prompts[j] for j in columns], max_tokens_per_chunk, device)
+            if prefix is None:
+                return None
+            if reasonings is None:  # the device encodes the first prefixes while the host makes the reasonings
+                given = rows()
+                reasonings, wanted = given.distinct, given.wanted
+                seq_logprob = torch.zeros(len(reasonings), len(prompts), dtype=torch.float64, device=device)
+                if not reasonings:
+                    return seq_logprob
+                order = sorted(range(len(reasonings)), key=lambda r: -len(reasonings[r]))  # longest first, stable
+                sizes = [1 + len(reasonings[r]) for r in order]  # a row: the prompt's last token, then the reasoning
+                # every reasoning once, behind a slot for the prompt's last token, right-padded (never read there)
+                reasoning_ids = _sent(
+                    [
+                        [pad_token_id, *reasonings[r], *[pad_token_id] * (sizes[0] - sizes[k])]
+                        for k, r in enumerate(order)
+                    ],
+                    device,
                 )
+                reasoning_row = _sent(order, device)
+                position = {r: k for k, r in enumerate(order)}
+            batches = _pack_tokens(sizes, [{position[r] for r in wanted[j]} for j in columns], max_tokens_per_forward)
+            if not batches:  # no member of the group is scored with any reasoning
+                continue
             _score_group_rows(
                 model,
                 seq_logprob,
                 prefix,
-                prefix_lengths=_sent(prefix_lengths, device),
+                prefix_lengths=_sent([len(prompts[j]) - 1 for j in columns], device),
                 last_token=_sent([prompts[j][-1] for j in columns], device),
                 column_of=_sent(columns, device),
-                batches=_pack_tokens(
-                    sizes, [{position[r] for r in wanted[j]} for j in columns], max_tokens_per_forward
-                ),
+                batches=batches,
                 sizes=sizes,
                 reasoning_ids=reasoning_ids,
                 reasoning_row=reasoning_row,
@@ -306,6 +322,43 @@ def _score_packed(
     except UnsupportedAttention:
         return None
     return seq_logprob
+
+
+def _encode_prefixes(
+    model: torch.nn.Module, group: list[list[int]], max_tokens_per_chunk: int, device: torch.device
+) -> RowSegments | None:
+    """A group's prefixes (each prompt but its last token, longest first; all empty or none) run as one packed
+    sequence, each over itself: the `RowSegments` its rows then attend over, holding every layer's keys and values,
+    or None where a layer did not attend through `packed_rows` (another kind, e.g. linear attention, leaves no keys
+    to continue)."""
+    prefix_lengths = [len(prompt) - 1 for prompt in group]
+    cu_prefix = _sent(_offsets(prefix_lengths), device, torch.int32)
+    prefix = RowSegments(cu_rows=cu_prefix, max_row=prefix_lengths[0], captured={})
+    if prefix_lengths[0] == 0:
+        return prefix
+    ids = _sent(list(itertools.chain.from_iterable(prompt[:-1] for prompt in group)), device)[None]
+    positions = on_device(torch.cat([torch.arange(length) for length in prefix_lengths]), device)[None]
+    real = torch.ones(ids.shape, dtype=torch.bool)  # on the host: the forward need not wait for the device
+    with packed_rows(model, prefix), record_function("ragen/score.prefixes"):
+        token_logprobs(
+            model,
+            ids,
+            torch.ones_like(ids, dtype=torch.bool),
+            position_ids=positions,
+            score_mask=torch.zeros_like(ids, dtype=torch.bool),
+            max_tokens_per_chunk=max_tokens_per_chunk,
+            host_masks=(real, ~real),
+        )
+    layers = getattr(model.config, "num_hidden_layers", len(prefix.captured))
+    if sorted(prefix.captured) != list(range(layers)):
+        return None
+    return dataclasses.replace(
+        prefix,
+        cu_prefix=cu_prefix,
+        max_prefix=prefix_lengths[0],
+        prefixes=[prefix.captured[layer] for layer in sorted(prefix.captured)],
+        captured=None,
+    )
 
 
 def _score_group_rows(
