@@ -197,7 +197,7 @@ class CollapseDiagnostics(nn.Module):
             policy.train(was_training)
         return out
 
-    def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[list[int], int]]] | None]:
+    def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[str, int]]] | None]:
         """Per scope (its drawn pairs in `scopes`), `(prompts, mine)`: every column's prompt, and this rank's share of
         the drawn pairs (those whose trajectory is in `local`) as (reasoning text, column). One column per distinct key
         (group for first turn, draw index for trajectory scope), its prompt that of the key's first pair, supplied by
@@ -256,6 +256,4 @@ class CollapseDiagnostics(nn.Module):
             l_tok, l_sum = scores
             target = torch.tensor([c for _, c in mine], dtype=torch.long)
             metric.update(l_tok.double().cpu(), l_sum.double().cpu(), target, column_groups=column_groups_of(prompts))
-        values = metric.compute()
-        # one read of the device for all values
-        return dict(zip(values, torch.stack([value.double() for value in values.values()]).tolist(), strict=True))
+        return {k: float(v) for k, v in metric.compute().items()}
