@@ -7,6 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from ragen_lit.logprobs import (
+    HostMasks,
     LogProbs,
     decoder_inputs,
     default_position_ids,
@@ -252,23 +253,25 @@ def test_host_copies_of_the_masks_give_the_same_scores_and_are_what_is_read(pack
     score[:, :3] = False
     want = token_logprobs(model, input_ids, mask, score_mask=score, with_entropy=True, packed=packed)
     got = token_logprobs(
-        model, input_ids, mask, score_mask=score, with_entropy=True, packed=packed, host_masks=(mask, score)
+        model, input_ids, mask, score_mask=score, with_entropy=True, packed=packed, host_masks=HostMasks(mask, score)
     )
     assert torch.equal(got.logprobs, want.logprobs) and torch.equal(got.entropy, want.entropy)
     assert (want.logprobs[:, 4:] != 0).sum() == (score[:, 4:] & mask[:, 3:-1]).sum() > 0
     fewer = score.clone()
     fewer[:, :5] = False
-    narrowed = token_logprobs(model, input_ids, mask, score_mask=score, packed=packed, host_masks=(mask, fewer))
+    narrowed = token_logprobs(
+        model, input_ids, mask, score_mask=score, packed=packed, host_masks=HostMasks(mask, fewer)
+    )
     assert torch.equal(narrowed.logprobs[:, 5:], want.logprobs[:, 5:]) and not narrowed.logprobs[:, :5].any()
     critic = Critic(model.model, model.config.hidden_size)
     torch.nn.init.normal_(critic.value_head.weight)
     values = critic(input_ids, mask, packed=packed)
     assert values.abs().sum() > 0
-    assert torch.equal(critic(input_ids, mask, packed=packed, host_mask=mask), values)
+    assert torch.equal(critic(input_ids, mask, packed=packed, host_masks=HostMasks(mask)), values)
     rows, prev = scored_positions(mask, score)
     assert torch.equal(torch.stack([rows, prev], 1), (mask[:, 1:] & mask[:, :-1] & score[:, 1:]).nonzero())
     with pytest.raises(ValueError, match="host_masks must be CPU copies"):
-        token_logprobs(model, input_ids, mask, host_masks=(mask[:, 1:], None))
+        token_logprobs(model, input_ids, mask, host_masks=HostMasks(mask[:, 1:]))
 
 
 def test_on_device_leaves_a_cpu_tensor_in_place_and_sends_it_elsewhere():

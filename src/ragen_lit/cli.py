@@ -35,6 +35,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     preflight(cfg, open_store=rank_zero_only.rank == 0)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
+    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
     changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
     finished = finished_run(cfg, info) if ckpt_path else None

@@ -399,6 +399,9 @@ class TrainerConfig:
     """fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)"""
     precision: str = checked("32-true", choices=PRECISIONS)
     """Lightning precision; params keep model.dtype"""
+    matmul_precision: str = checked("high", choices=("highest", "high", "medium"))
+    """float32 matrix products on a GPU (`torch.set_float32_matmul_precision`): highest (full float32), high (TF32
+    tensor cores, ~3x faster, inputs rounded to 10 mantissa bits), medium (bfloat16); no effect on a CPU"""
     checkpoint_every: int = checked(5, ge=1)
     """save a checkpoint every n iterations (and the last)"""
     resume: str | None = None

@@ -30,6 +30,22 @@ from torch.utils.checkpoint import checkpoint
 _LOGIT_TRANSFORM_FIELDS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
+class HostMasks:
+    """CPU copies of a batch's `attention_mask` [B, T] and, optionally, `score_mask` [B, T] (a micro-batch's:
+    `training.batch.micro_batches`): the padding layout and the scored positions are read from them without the host
+    waiting for the device.
+
+    A plain class on purpose: FSDP2's root module (like DDP) copies every tensor it finds in a forward's arguments to
+    its GPU before the forward, looking into tuples, lists, dicts and named tuples, and passes any other object as it
+    is. Copies of the masks in a tuple would reach the scorer on the GPU."""
+
+    __slots__ = ("attention_mask", "score_mask")
+
+    def __init__(self, attention_mask: Tensor, score_mask: Tensor | None = None):
+        self.attention_mask = attention_mask
+        self.score_mask = score_mask
+
+
 class LogProbs(NamedTuple):
     """`logprobs[b, t] = log p(input_ids[b, t] | input_ids[b, <t])` ([B, T] float32) and, if asked,
     the entropy of that same next-token distribution ([B, T] float32); both 0 where not scored."""
@@ -137,7 +153,7 @@ def token_logprobs(
     cache_mask: Tensor | None = None,
     compile_head: bool = False,
     packed: bool = False,
-    host_masks: tuple[Tensor, Tensor | None] | None = None,
+    host_masks: HostMasks | None = None,
 ) -> LogProbs:
     """Log-probability (and optionally entropy) of every token given its prefix, chunked over the head.
 
@@ -163,9 +179,9 @@ def token_logprobs(
             fp32 [chunk, V] tensors (`model.compile`).
         packed: run the decoder padding-free on `pack_rows(input_ids, attention_mask)` (one sequence of the
             rows' real tokens; `optim.padding_free`). Same results; not with `cache` or `position_ids`.
-        host_masks: CPU copies of `attention_mask` and `score_mask` (a micro-batch's: `training.batch.micro_batches`):
-            the scored positions and the padding layout are then found on the host, and the call does not wait for
-            the device (otherwise it does, before the decoder runs). Same results.
+        host_masks: CPU copies of `attention_mask` and `score_mask` (`HostMasks`): the scored positions and the
+            padding layout are then found on the host, and the call does not wait for the device (otherwise it does,
+            before the decoder runs). Same results.
 
     Returns:
         `LogProbs` of [B, T] float32 tensors. Position t is scored when tokens t and t−1 are both real
@@ -191,7 +207,9 @@ def token_logprobs(
     decoder, head = _backbone_and_head(model)
 
     attention_mask = attention_mask.bool()
-    host_mask, host_score_mask = (None, None) if host_masks is None else host_masks
+    host_mask, host_score_mask = (
+        (None, None) if host_masks is None else (host_masks.attention_mask, host_masks.score_mask)
+    )
     if host_mask is not None and (host_mask.shape != input_ids.shape or host_mask.device.type != "cpu"):
         raise ValueError(
             f"host_masks must be CPU copies of the [B, T] masks, got {host_mask.device} {tuple(host_mask.shape)}"

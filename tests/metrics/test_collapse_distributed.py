@@ -4,14 +4,14 @@ chance levels and every MI metric match (with per-rank draws N and the chance le
 
 Groups are dealt round-robin as `train_seeds` deals them (rank 0: groups 0 and 2, rank 1: groups 1 and 3), so
 this also checks that the draw follows the single process's order, not the ranks'. `num_samples` is below the
-number of candidates in both scopes, so the draw really samples.
+number of candidates in both scopes, so the draw really samples. With `RAGEN_LIT_TEST_DEVICE=cuda` the ranks are NCCL
+processes on 2 GPUs, the metrics' host-side states syncing through them (`tests/parallel/ranks.py`).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
+from tests.parallel.ranks import close, init_rank, reference_device, require_ranks
 
 from ragen_lit.agent.trajectory import Trajectory, Turn
 from ragen_lit.config import load_config
@@ -42,7 +42,7 @@ def _trajectories() -> list[Trajectory]:
     return trajectories
 
 
-def _compute(model_dir: str, trajectories: list[Trajectory]) -> dict[str, float]:
+def _compute(model_dir: str, trajectories: list[Trajectory], device: torch.device) -> dict[str, float]:
     from ragen_lit.agent.chat import ChatFormat
     from ragen_lit.metrics.collapse import CollapseDiagnostics
     from ragen_lit.models import load_policy, load_tokenizer
@@ -51,7 +51,7 @@ def _compute(model_dir: str, trajectories: list[Trajectory]) -> dict[str, float]
         None, [f"model.path={model_dir}", "diagnostics.num_samples=5", "diagnostics.every_n_iterations=1"]
     )
     torch.manual_seed(0)
-    policy = load_policy(model_dir, "float32")
+    policy = load_policy(model_dir, "float32").to(device)
     chat = ChatFormat(load_tokenizer(model_dir))
     return CollapseDiagnostics(cfg.diagnostics).maybe_compute(policy, chat, trajectories, iteration=3)
 
@@ -59,18 +59,16 @@ def _compute(model_dir: str, trajectories: list[Trajectory]) -> dict[str, float]
 def _worker(rank: int, world: int, port: int, model_dir: str, expected: dict[str, float]) -> None:
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = init_rank(rank, world, port)
     try:
         mine = [t for t in _trajectories() if t.group in RANK_GROUPS[rank]]
-        got = _compute(model_dir, mine)
+        got = _compute(model_dir, mine, device)
         assert got.keys() == expected.keys(), (rank, sorted(got.keys() ^ expected.keys()))
         # N and the chance levels first: they tell a per-rank draw at once
         for key, value in sorted(expected.items(), key=lambda item: ("num_" not in item[0], "chance" not in item[0])):
             if key.startswith("time/"):
                 continue  # a clock: each process's own
-            assert abs(got[key] - value) <= 1e-6 * max(1.0, abs(value)), (rank, key, got[key], value)
+            assert close(got[key], value), (rank, key, got[key], value)
         # no rank tears the group down while the other still talks to it (gloo aborts)
         dist.barrier()
     finally:
@@ -80,7 +78,8 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected: dict[str
 def test_two_ranks_give_the_single_process_diagnostics(tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
-    expected = _compute(str(tiny_model_dir), _trajectories())
+    require_ranks(2)
+    expected = _compute(str(tiny_model_dir), _trajectories(), reference_device())
     # both scopes sample 5 pairs (of 7 valid first turns, 17 valid turns) and report N and chance levels
     for scope in ("first_turn", "trajectory"):
         assert expected[f"collapse/{scope}/num_rows"] == 5, expected

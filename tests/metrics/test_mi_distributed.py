@@ -1,10 +1,12 @@
-"""Two gloo processes: rows split over ranks give the single-process result; prompts are all-gathered."""
+"""Two processes (gloo, or NCCL on 2 GPUs: `tests/parallel/ranks.py`): rows split over ranks give the single-process
+result; prompts are all-gathered."""
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tests.parallel.ranks import close, init_rank, require_ranks
 
 from ragen_lit.metrics import MIDiagnostics, MIRecallAtK, MIRetrievalAcc, MIZScore, MIZScoreEMA, gather_prompts
 
@@ -20,17 +22,20 @@ def scoring_round(seed: int, rows: int, columns: int):
     return tok, seq, target, groups
 
 
-def new_metrics(**kwargs) -> dict:
-    return {
+def new_metrics(device: torch.device, **kwargs) -> dict:
+    metrics = {
         "diagnostics": MIDiagnostics(**kwargs),
         "acc": MIRetrievalAcc(**kwargs),
         "recall@4": MIRecallAtK(4, **kwargs),
         "zscore": MIZScore(**kwargs),
         "zscore_ema": MIZScoreEMA(**kwargs),
     }
+    return {name: metric.to(device) for name, metric in metrics.items()}
 
 
 def feed(metrics: dict, tok, seq, target, groups) -> None:
+    device = next(iter(metrics.values())).device
+    tok, seq, target, groups = (t.to(device) for t in (tok, seq, target, groups))
     for name, metric in metrics.items():
         if name == "diagnostics":
             metric.update(tok, seq, target, groups)
@@ -52,16 +57,16 @@ def as_floats(metrics: dict) -> dict[str, float]:
 def assert_equal_values(got: dict[str, float], want: dict[str, float], rank: int) -> None:
     assert got.keys() == want.keys()
     for name in want:
-        assert abs(got[name] - want[name]) <= 1e-6 * max(1.0, abs(want[name])), (rank, name, got[name], want[name])
+        assert close(got[name], want[name]), (rank, name, got[name], want[name])
 
 
 def worker(rank: int, port: int) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE)
+    device = init_rank(rank, WORLD_SIZE, port)
     try:
         local_prompts = [[1, 2], [3]] if rank == 0 else [[4, 5, 6]]
         assert gather_prompts(local_prompts) == [[1, 2], [3], [4, 5, 6]]
 
-        synced, single = new_metrics(), new_metrics(sync_on_compute=False)
+        synced, single = new_metrics(device), new_metrics(device, sync_on_compute=False)
         # Round 1: uneven split, rank 0 in two updates.
         tok, seq, target, groups = scoring_round(seed=0, rows=21, columns=8)
         feed(single, tok, seq, target, groups)
@@ -91,6 +96,7 @@ def worker(rank: int, port: int) -> None:
 
 
 def test_split_over_two_ranks_equals_one_process(free_port):
+    require_ranks(WORLD_SIZE)
     mp.spawn(worker, args=(free_port,), nprocs=WORLD_SIZE, join=True)
 
 

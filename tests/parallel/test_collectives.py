@@ -6,7 +6,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ragen_lit.parallel import collectives
 from ragen_lit.parallel.collectives import (
+    backend_device,
     combine_rank_metrics,
     full_tensor,
     gather_lists,
@@ -25,6 +27,20 @@ def test_without_process_group_everything_is_local():
     assert rank_and_world() == (0, 1)
     tensor = torch.ones(2)
     assert full_tensor(tensor) is tensor
+
+
+def test_collectives_take_tensors_where_the_backend_runs_them_whatever_the_world_size(monkeypatch):
+    """NCCL takes GPU tensors even in a one-rank group (`trainer.devices=1 trainer.strategy=fsdp`, where torchmetrics
+    still syncs its states through `gather_via_backend_device`); gloo and mixed groups take host tensors."""
+    assert backend_device() == torch.device("cpu")  # no process group
+    monkeypatch.setattr(collectives.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(collectives.dist, "get_world_size", lambda group=None: 1)
+    monkeypatch.setattr(collectives.torch.cuda, "current_device", lambda: 3)
+    for backend, device in (("nccl", torch.device("cuda", 3)), ("gloo", torch.device("cpu"))):
+        monkeypatch.setattr(collectives.dist, "get_backend", lambda group=None, backend=backend: backend)
+        assert backend_device() == device, backend
+    monkeypatch.setattr(collectives.dist, "get_backend", lambda group=None: "cpu:gloo,cuda:nccl")
+    assert backend_device() == torch.device("cpu")
 
 
 def test_rank_metrics_average_over_the_ranks_that_report_them_and_peaks_take_the_largest():

@@ -9,16 +9,14 @@ global grad norm), the recorded grad norms, the refreshed inference replica, and
 norms. Split A gives the ranks 2 and 1 micro-batches (one dummy), split B gives rank 1 no rows at
 all (every forward and backward of rank 1 is a dummy).
 
-CI runs it on CPU with gloo. On a machine with 2 GPUs, `RAGEN_LIT_FSDP_TEST_DEVICE=cuda` runs the same
-check with NCCL (reference on cuda:0, rank r on cuda:r).
+CI runs it on CPU with gloo; `RAGEN_LIT_TEST_DEVICE=cuda` runs the same check with NCCL on 2 GPUs (`ranks.py`).
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from tests.parallel.ranks import assert_close, close, init_rank, reference_device, require_ranks
 
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import select_rows
@@ -26,8 +24,6 @@ from ragen_lit.training.batch import select_rows
 ROWS = 6
 SPLITS = {"A": ([0, 1, 2, 3], [4, 5]), "B": ([0, 1, 2, 3, 4, 5], [])}
 BUCKETS = torch.tensor([0, 0, 1, 1, 2, 2])  # split A: bucket 2 only on rank 1, buckets 0/1 only on rank 0
-TOL = 1e-6
-DEVICE = os.environ.get("RAGEN_LIT_FSDP_TEST_DEVICE", "cpu")
 
 
 def _cfg(model_dir, *extra):
@@ -112,13 +108,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
 
     from ragen_lit.training.module import AgentRLModule, attach_fabric
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    device = torch.device("cpu")
-    if DEVICE == "cuda":
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    device = init_rank(rank, world, port)
     try:
         expected = torch.load(expected_path, weights_only=False)
         mesh = init_device_mesh(device.type, (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
@@ -136,25 +126,25 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
             want = select_rows(expected["prepared"], rows) if rows else None
             if mine is not None:
                 for key in ("old_logprobs", "ref_logprobs", "values"):
-                    torch.testing.assert_close(mine[key].cpu(), want[key], atol=TOL, rtol=0, msg=f"{split}/{key}")
+                    assert_close(mine[key], want[key], msg=f"{split}/{key}")
             # gradient buckets: the all-ranks bucket gradient norm on every rank
             # (a rank without rows still runs the same sharded forwards/backwards, on an empty batch)
             sub = _to(select_rows(expected["prepared"], rows), device)
             buckets = module.gradient_bucket_norms(sub, BUCKETS[rows], 3)
             for key, value in expected["buckets"].items():
-                assert buckets[key] == pytest.approx(value, rel=1e-5), (split, key, buckets[key], value)
+                assert close(buckets[key], value, rel=1e-5), (split, key, buckets[key], value)
             # one update on the prepared rows: weights equal the single-process step
             module.update(_to(want, device), *_sgd(module))
             stats = module.pop_step_stats()
             for key in ("actor/grad_norm", "critic/grad_norm"):
-                assert stats[key] == pytest.approx(expected["stats"][key], rel=1e-5), (split, key)
+                assert close(stats[key], expected["stats"][key], rel=1e-5), (split, key)
             for name in ("policy", "critic"):
                 got = _full_weights(getattr(module, name))
                 for key, value in expected[name].items():
-                    torch.testing.assert_close(got[key], value, atol=TOL, rtol=0, msg=f"{split}/{name}/{key}")
+                    assert_close(got[key], value, msg=f"{split}/{name}/{key}")
             replica = dict(module.inference_policy().named_parameters())
             for key, value in expected["policy"].items():
-                torch.testing.assert_close(replica[key].cpu(), value, atol=TOL, rtol=0, msg=f"{split}/replica/{key}")
+                assert_close(replica[key], value, msg=f"{split}/replica/{key}")
             dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -163,15 +153,48 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
 def test_fsdp_step_equals_single_process_step(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
-    if DEVICE == "cuda" and torch.cuda.device_count() < 2:
-        pytest.skip("RAGEN_LIT_FSDP_TEST_DEVICE=cuda needs 2 GPUs")
+    require_ranks(2)
     torch.manual_seed(0)
-    expected = _reference(_cfg(tiny_model_dir), torch.device("cuda", 0) if DEVICE == "cuda" else torch.device("cpu"))
+    expected = _reference(_cfg(tiny_model_dir), reference_device())
     # the clip must bite, or the global-norm check would be vacuous
     assert expected["stats"]["actor/grad_norm"] > 0.05
     path = tmp_path / "expected.pt"
     torch.save(expected, path)
     mp.spawn(_worker, args=(2, free_port, str(tiny_model_dir), str(path)), nprocs=2, join=True)
+
+
+def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
+    """FSDP2's root copies every tensor in its forward's arguments to its GPU before the forward
+    (`torch.distributed.utils._to_kwargs`, into tuples, lists, dicts and named tuples); the micro-batch's host copies
+    of its masks must reach `token_logprobs` on the host all the same. The copy runs here towards the meta device
+    (on a CPU, FSDP's own device is the host and moves nothing)."""
+    from types import SimpleNamespace
+
+    from torch.distributed.utils import _to_kwargs
+
+    from ragen_lit.parallel import fsdp
+    from ragen_lit.training.module import AgentRLModule
+
+    seen = {}
+
+    def record(model, input_ids, attention_mask, **kwargs):
+        host = kwargs["host_masks"]
+        seen.update(ids=input_ids.device, masks=(host.attention_mask.device, host.score_mask.device))
+
+    monkeypatch.setattr(fsdp, "token_logprobs", record)
+    scorer = fsdp.TokenScorer(torch.nn.Linear(1, 1))
+    scorer.register_forward_pre_hook(
+        lambda _, args, kwargs: tuple(x[0] for x in _to_kwargs(args, kwargs, torch.device("meta"), False)),
+        with_kwargs=True,
+    )
+    module = SimpleNamespace(
+        cfg=load_config(None, []), sharded=True, _fsdp=SimpleNamespace(scorer=lambda model: scorer)
+    )
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    batch = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": mask, "loss_mask": mask}
+    batch.update(host_attention_mask=mask.clone(), host_loss_mask=mask.clone())
+    AgentRLModule._logprobs(module, None, batch)
+    assert seen == {"ids": torch.device("meta"), "masks": (torch.device("cpu"), torch.device("cpu"))}
 
 
 def test_fsdp_config_checks():

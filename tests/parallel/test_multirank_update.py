@@ -7,15 +7,14 @@ rank's rows instead of the whole batch's moves them (and so the update). The row
 `train_seeds` deals them), so GRPO's group baselines are whole on each rank. Split A gives rank 0 groups 0 and
 1 and rank 1 group 2; split B gives rank 1 no rows at all (it takes `prepare_batch(None)` / `update(None)`).
 Advantages and the weights after one SGD step (lr 1, so the step is the gradient) must equal the single
-process's to float32 precision.
+process's to float32 precision (on GPUs, `RAGEN_LIT_TEST_DEVICE=cuda`, within bfloat16's tolerance: `ranks.py`).
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from tests.parallel.ranks import assert_close, init_rank, reference_device, require_ranks
 from tests.parallel.test_fsdp import _full_weights, _raw_batch
 
 from ragen_lit.config import load_config
@@ -23,7 +22,6 @@ from ragen_lit.training.batch import select_rows
 
 PRESETS = ("ppo", "dapo", "grpo", "drgrpo")
 SPLITS = {"A": ([0, 1, 2, 3], [4, 5]), "B": ([0, 1, 2, 3, 4, 5], [])}
-TOL = 1e-6
 
 
 def _cfg(model_dir, preset, extra=()):
@@ -50,22 +48,23 @@ def _sgd(module):
     return optimizers, [torch.optim.lr_scheduler.LambdaLR(o, lambda _: 1.0) for o in optimizers]
 
 
-def _module(model_dir, preset, extra=()):
+def _module(model_dir, preset, extra=(), device=None):
     from ragen_lit.training.module import AgentRLModule, attach_fabric
 
     torch.manual_seed(0)
-    module = attach_fabric(AgentRLModule(_cfg(model_dir, preset, extra)))  # `update` without a Trainer
+    module = AgentRLModule(_cfg(model_dir, preset, extra)).to(device or reference_device())
+    attach_fabric(module)  # `update` without a Trainer
     module.on_fit_start()
     return module
 
 
 def _run(module, raw):
     """prepare_batch + one update on `raw` (None: no rows here); the advantages and the weights after."""
-    batch = None if raw is None else {k: v.clone() for k, v in raw.items()}
+    batch = None if raw is None else {k: v.to(module.device, copy=True) for k, v in raw.items()}
     module.prepare_batch(batch, keep_ratio=1.0)
     module.update(batch, *_sgd(module))
     return {
-        "advantages": None if batch is None else batch["advantages"],
+        "advantages": None if batch is None else batch["advantages"].cpu(),
         "weights": [_full_weights(m) for m in _models(module)],
     }
 
@@ -73,9 +72,7 @@ def _run(module, raw):
 def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str, presets=PRESETS, extra=()) -> None:
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = init_rank(rank, world, port)
     try:
         expected = torch.load(expected_path, weights_only=False)
         for preset in presets:
@@ -84,7 +81,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
                     continue  # the rank without rows takes the same path for every preset
                 rows = rows_of_rank[rank]
                 mine = select_rows(expected["raw"], rows) if rows else None
-                module = _module(model_dir, preset, extra)
+                module = _module(model_dir, preset, extra, device)
                 got = _run(module, mine)
                 stats = module.pop_step_stats()
                 # the busiest rank's trained tokens over the mean (split B: rank 0 trains all, twice the mean)
@@ -93,18 +90,10 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
                 assert stats["time/gradient_sum_s"] > 0
                 want = expected[preset]
                 if rows:
-                    torch.testing.assert_close(
-                        got["advantages"],
-                        want["advantages"][rows],
-                        atol=TOL,
-                        rtol=0,
-                        msg=f"{preset}/{split}",
-                    )
+                    assert_close(got["advantages"], want["advantages"][rows], msg=f"{preset}/{split}")
                 for got_model, want_model in zip(got["weights"], want["weights"], strict=True):
                     for key, value in want_model.items():
-                        torch.testing.assert_close(
-                            got_model[key], value, atol=TOL, rtol=0, msg=f"{preset}/{split}/{key}"
-                        )
+                        assert_close(got_model[key], value, msg=f"{preset}/{split}/{key}")
         # no rank tears the group down while the other still talks to it (gloo aborts)
         dist.barrier()
     finally:
@@ -114,6 +103,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
 def test_data_parallel_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
+    require_ranks(2)
     expected = {}
     for preset in PRESETS:
         module = _module(tiny_model_dir, preset)
@@ -135,6 +125,7 @@ LORA = ("model.lora.r=4",)
 def test_data_parallel_lora_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
+    require_ranks(2)
     module = _module(tiny_model_dir, "ppo", LORA)
     raw = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
     expected = {"raw": raw, "ppo": _run(module, raw)}
@@ -152,6 +143,7 @@ def test_data_parallel_update_with_its_own_old_logprobs_equals_a_separate_pass(t
     advantages and weights after equal the single process's with the separate prepare pass."""
     import torch.multiprocessing as mp
 
+    require_ranks(2)
     presets = ("ppo", "grpo")
     expected = {}
     for preset in presets:

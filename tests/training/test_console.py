@@ -64,3 +64,31 @@ def test_verbose_keeps_the_third_party_lines(tmp_path):
     out, err = _fit(tmp_path / "verbose", "--verbose")
     assert "GPU available" in out + err
     assert "Loading weights" in err
+
+
+def test_the_notices_only_a_gpu_machine_gets_are_dropped(monkeypatch, caplog, recwarn):
+    """Lightning's advice on float32 products on tensor cores (the run sets the precision itself:
+    `trainer.matmul_precision`) and on loader workers (the rollout loader's batches are made in this process), each
+    raised by Lightning's own check as on a 16-core GPU machine."""
+    import logging
+    import types
+
+    import torch
+    from lightning.fabric.accelerators import cuda
+    from lightning.pytorch.trainer.connectors import data_connector
+    from torch.utils.data import DataLoader
+
+    from ragen_lit.training.console import quiet_third_party
+
+    quiet_third_party()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(cuda, "_is_ampere_or_later", lambda device=None: True)
+    monkeypatch.setattr(data_connector, "suggested_max_num_workers", lambda local_world_size: 15)
+    cuda._check_cuda_matmul_precision.cache_clear()
+    with caplog.at_level(logging.INFO):
+        cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
+        data_connector._worker_check(types.SimpleNamespace(num_devices=1), DataLoader([1]), "train_dataloader")
+    cuda._check_cuda_matmul_precision.cache_clear()
+    assert torch.get_float32_matmul_precision() == "highest"  # the advice's own condition held
+    assert not caplog.records and not recwarn.list, [*caplog.records, *recwarn.list]

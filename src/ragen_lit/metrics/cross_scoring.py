@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from ragen_lit.logprobs import cache_keyword, on_device, token_logprobs
+from ragen_lit.logprobs import HostMasks, cache_keyword, on_device, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.models.prefix_attention import SCORER_ATTENTION, RowSegments, UnsupportedAttention, packed_rows
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
@@ -347,7 +347,7 @@ def _encode_prefixes(
             position_ids=positions,
             score_mask=torch.zeros_like(ids, dtype=torch.bool),
             max_tokens_per_chunk=max_tokens_per_chunk,
-            host_masks=(real, ~real),
+            host_masks=HostMasks(real, ~real),
         )
     layers = getattr(model.config, "num_hidden_layers", len(prefix.captured))
     if sorted(prefix.captured) != list(range(layers)):
@@ -420,7 +420,9 @@ def _score_group_rows(
                 max_tokens_per_chunk=max_tokens_per_chunk,
                 temperature=temperature,
                 compile_head=compile_head,
-                host_masks=(torch.ones_like(scored), scored),  # the same masks, read without waiting for the device
+                host_masks=HostMasks(
+                    torch.ones_like(scored), scored
+                ),  # the same masks, read without waiting for the device
             ).logprobs[0]
         sums = torch.zeros(count, dtype=torch.float64, device=device).index_add_(0, row_of_token, logprobs.double())
         seq_logprob[reasoning_row[sample], column_of[member]] = sums

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ragen_lit.logprobs import decoder_inputs, pack_rows
+from ragen_lit.logprobs import HostMasks, decoder_inputs, pack_rows
 from ragen_lit.models.loaders import attention_kwargs, resolve_dtype, warn_if_untested_transformers
 
 
@@ -28,11 +28,13 @@ class Critic(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         packed: bool = False,
-        host_mask: torch.Tensor | None = None,
+        host_masks: HostMasks | None = None,
     ) -> torch.Tensor:
         """`values` [B, T] float32 of `input_ids` [B, T] under `attention_mask` [B, T]; `packed`: run the
-        backbone padding-free on the rows end to end (`logprobs.pack_rows`), with the same values. `host_mask`: the
-        mask's CPU copy, which the padding layout is then read from without waiting for the device."""
+        backbone padding-free on the rows end to end (`logprobs.pack_rows`), with the same values. `host_masks`: the
+        mask's CPU copy (`HostMasks`, its score mask unused), which the padding layout is then read from without
+        waiting for the device."""
+        host_mask = None if host_masks is None else host_masks.attention_mask
         # use_cache=False: a backbone's config asks for a KV cache by default, which would copy every
         # layer's keys and values for nothing and send the layers down the eager path (`compile_layers`)
         if packed:

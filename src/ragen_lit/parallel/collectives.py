@@ -19,17 +19,22 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def _device() -> torch.device:
-    if is_distributed() and dist.get_backend() == "nccl":
+def backend_device(group=None) -> torch.device:
+    """The device `group`'s collectives (default: the default group's) take their tensors on: the current GPU under
+    NCCL, the host otherwise (gloo, a CPU-and-GPU group, or no process group). Decided by the backend alone: a
+    one-rank NCCL group (`trainer.devices=1` under FSDP) refuses host tensors too."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
 def gather_via_backend_device(tensor: torch.Tensor, group=None) -> list[torch.Tensor]:
     """Every rank's `tensor` (same shape on all ranks), on `tensor`'s device: the all-gather runs where the backend
-    needs it (a GPU under NCCL), so that host-side metric states can sync (torchmetrics' `dist_sync_fn`)."""
-    parts = [torch.empty_like(tensor, device=_device()) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, tensor.to(_device()), group=group)
+    needs it (a GPU under NCCL), so that host-side metric states can sync (torchmetrics' `dist_sync_fn`, which
+    torchmetrics calls whenever a process group exists, one rank or many)."""
+    device = backend_device(group)
+    parts = [torch.empty_like(tensor, device=device) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, tensor.to(device), group=group)
     return [part.to(tensor.device) for part in parts]
 
 
@@ -53,7 +58,7 @@ def gather_lists(items: list) -> tuple[list, int]:
 def max_over_ranks(value: int) -> int:
     if not is_distributed():
         return value
-    t = torch.tensor([value], dtype=torch.long, device=_device())
+    t = torch.tensor([value], dtype=torch.long, device=backend_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
@@ -61,7 +66,7 @@ def max_over_ranks(value: int) -> int:
 def _reduce(tensor: torch.Tensor, op) -> torch.Tensor:
     if not is_distributed():
         return tensor
-    t = tensor.to(_device())
+    t = tensor.to(backend_device())
     dist.all_reduce(t, op=op)
     return t.to(tensor.device)
 

@@ -8,9 +8,12 @@ import logging
 import re
 import warnings
 
-# Lightning's rank-zero INFO lines: the device inventory, advertisements for its cloud services, and the note
-# that the last iteration ran (the summary says so).
-_LIGHTNING_CHATTER = re.compile(r"^(💡 Tip:|GPU available:|TPU available:|HPU available:|`Trainer.fit` stopped:)")
+# Lightning's rank-zero INFO lines: the device inventory, advertisements for its cloud services, the note that the
+# last iteration ran (the summary says so), and its advice on float32 matrix products on tensor cores (set on purpose
+# by `trainer.matmul_precision`, whose "highest" asks for exactly what the advice would change).
+_LIGHTNING_CHATTER = re.compile(
+    r"^(💡 Tip:|GPU available:|TPU available:|HPU available:|`Trainer.fit` stopped:|You are using a CUDA device)"
+)
 _LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 # MLflow's store set-up ("Creating initial MLflow database tables...") and the schema migrations it runs.
 _MLFLOW_INFO_LOGGERS = ("mlflow.store.db.utils", "alembic.runtime.migration")
@@ -21,6 +24,9 @@ WARNINGS = (
     # transformers returns models in eval mode and the policy is trained so: RL wants no dropout noise between
     # the rollout's and the update's log-probs (as in veRL), and the LMs used here have none to begin with
     r"Found \d+ module\(s\) in eval mode at the start of training",
+    # the rollout loader's batches are made in this process, one RL iteration at a time (`RolloutDataModule`):
+    # loader workers would have nothing to do, yet Lightning advises them on any machine of more than two cores
+    r"The '\w+' does not have many workers which may be a bottleneck",
 )
 
 

@@ -38,7 +38,7 @@ from ragen_lit.algos import (
 )
 from ragen_lit.config import Config
 from ragen_lit.errors import ConfigError
-from ragen_lit.logprobs import mean_abs_logprob_diff, token_logprobs
+from ragen_lit.logprobs import HostMasks, mean_abs_logprob_diff, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import compile_layers, load_tokenizer
@@ -235,7 +235,7 @@ class AgentRLModule(L.LightningModule):
             "packed": self.cfg.optim.padding_free,
         }
         if "host_attention_mask" in batch:  # a micro-batch's CPU copies: the forward need not wait for the device
-            kwargs["host_masks"] = (batch["host_attention_mask"], batch.get("host_loss_mask"))
+            kwargs["host_masks"] = HostMasks(batch["host_attention_mask"], batch.get("host_loss_mask"))
         scorer = self._fsdp.scorer(model) if self.sharded else None  # FSDP: the sharded root around `model`
         if scorer is not None:
             return scorer(batch["input_ids"], batch["attention_mask"], **kwargs)
@@ -247,7 +247,7 @@ class AgentRLModule(L.LightningModule):
             batch["input_ids"],
             batch["attention_mask"],
             packed=self.cfg.optim.padding_free,
-            host_mask=batch.get("host_attention_mask"),
+            host_masks=HostMasks(batch["host_attention_mask"]) if "host_attention_mask" in batch else None,
         )
 
     @property
