@@ -62,6 +62,7 @@ def _fit(
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.checkpoint_io import StrictCheckpointIO
@@ -120,6 +121,9 @@ def _fit(
         print(describe_run(cfg, trainer, run_dir), flush=True)
         # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
         logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
+        if not info:  # what a new run is made from: the code's commit and the weights it starts from
+            for key, value in run_tags(module.model_path).items():
+                logger.experiment.set_tag(logger.run_id, key, value)
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
     summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())

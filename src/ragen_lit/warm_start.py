@@ -25,11 +25,9 @@ Full fine-tuning whatever `model.lora` says; the device follows `trainer.acceler
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import torch
 
@@ -47,6 +45,7 @@ from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
+from ragen_lit.provenance import run_tags
 from ragen_lit.typed_fields import check_fields, checked, flag
 
 RECORD = "warm_start.json"
@@ -180,7 +179,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
         },
         "device": str(device),
         "seconds": round(time.perf_counter() - started, 1),
-        "ragen_lit": {"version": __version__, "commit": _source_commit()},
+        "ragen_lit": {"version": __version__, **code_and_weights(source)},
     }
     write_model_folder(target, model, tokenizer, RECORD, record)
     return record
@@ -229,16 +228,12 @@ def _validate(
     return Validation.of(trajectories)
 
 
-def _source_commit() -> str | None:
-    """The git commit of the ragen_lit source in use (`-dirty` with uncommitted changes), None outside a checkout."""
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=40"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
+def code_and_weights(source: str) -> dict:
+    """The record's code and weights: the commit (None outside a git checkout), whether it had uncommitted changes,
+    and the sha256 of the weights the warm start began from (`provenance.run_tags`)."""
+    tags = run_tags(source)
+    return {
+        "commit": tags.get("ragen_lit.commit"),
+        "commit_dirty": tags.get("ragen_lit.commit_dirty") == "true",
+        "source_weights_sha256": tags.get("ragen_lit.weights_sha256"),
+    }

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import mlflow
@@ -20,6 +21,7 @@ from ragen_lit.analysis.sweep import (
     Slot,
     check_devices,
     check_placement,
+    device_queues,
     exit_reason,
     expand_grid,
     folder_name,
@@ -154,6 +156,40 @@ def test_a_run_on_a_shared_gpu_is_capped_at_its_share(tmp_path, monkeypatch, gri
     process.log.close()
     caps = [arg for arg in seen["command"] if arg.startswith("trainer.gpu_memory_fraction=")]
     assert caps == ([cap] if cap else [])
+
+
+@pytest.mark.parametrize(
+    ("devices", "points", "seeds"), [(["0", "0", "1", "1"], 2, 8), (["0", "1"], 2, 3), (["0", "1", "2"], 3, 6)]
+)
+def test_conditions_share_every_gpu(tmp_path, monkeypatch, devices, points, seeds):
+    """Every GPU runs every grid point (as evenly as the counts allow), whatever the order of the grid, and the
+    runs start in that placement, points alternating in time: a condition is never one card's."""
+    from ragen_lit.analysis import sweep as sweep_module
+
+    values = ",".join(["none", "top_p", "top_k"][:points])
+    specs = plan(CONFIG, [f"filter.strategy={values}"], seeds, tmp_path, "s")
+    pool = slots(None, 1, devices)
+    queues = device_queues(specs, pool)
+    assert sorted(s.folder for q in queues.values() for s in q) == sorted(s.folder for s in specs)
+    for gpu, queue in queues.items():
+        per_point = Counter(spec.point for spec in queue)
+        assert len(per_point) == points, (gpu, per_point)  # every condition on every card
+        assert max(per_point.values()) - min(per_point.values()) <= 1, (gpu, per_point)
+        assert [spec.seed for spec in queue] == sorted(spec.seed for spec in queue)  # seed order, points alternate
+    started = []
+    for spec in specs:
+        spec.folder.mkdir(parents=True)
+    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    real_launch = sweep_module.launch
+    monkeypatch.setattr(
+        sweep_module, "launch", lambda spec, slot: started.append((spec, slot)) or real_launch(spec, slot)
+    )
+    sweep_module.run_all(specs, pool, say=lambda _: None)
+    assert sorted((spec.folder, slot.gpu) for spec, slot in started) == sorted(
+        (spec.folder, gpu) for gpu, queue in queues.items() for spec in queue
+    )
+    first = [spec.point for spec, _ in started[: len(pool)]]
+    assert len(set(first)) == points  # the first wave already holds every condition
 
 
 def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypatch):

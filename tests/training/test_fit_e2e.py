@@ -15,6 +15,7 @@ import torch
 
 from ragen_lit.cli import fit
 from ragen_lit.config import load_config
+from ragen_lit.provenance import source_commit, weights_sha256
 
 # the engine and end-to-end paths CI also runs at the lowest declared dependency versions
 pytestmark = pytest.mark.floors
@@ -82,6 +83,10 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     assert row["params.algo.name"] == "grpo" and row["params.filter.strategy"] == "top_p"
     precision = _cfg(tmp_path, tiny_model_dir).trainer.precision
     assert row["tags.ragen_lit.device"] == f"cpu, float32 weights, {precision}"  # where it ran, on record
+    # what it was made from: the code's commit (this checkout's) and the weights it started from
+    commit, dirty = source_commit()
+    assert row["tags.ragen_lit.commit"] == commit and row["tags.ragen_lit.commit_dirty"] == str(dirty).lower()
+    assert row["tags.ragen_lit.weights_sha256"] == weights_sha256(tiny_model_dir)
     # the MI diagnostics ran (diagnostics every iteration): first-turn retrieval accuracy and its chance level
     client = mlflow.tracking.MlflowClient()
     for key in ("collapse/first_turn/retrieval_acc", "collapse/first_turn/retrieval_chance"):

@@ -12,6 +12,10 @@ and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved c
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
+With several GPUs (`--devices`), every GPU runs every grid point about equally often and the points alternate in
+time (`device_queues`), so that no condition is one card's and differences between cards (speed, numerics) do not
+pose as differences between conditions.
+
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a checkpoint (`trainer.resume=last`)
 and starts the rest afresh.
@@ -257,15 +261,42 @@ def exit_reason(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
+def interleaved(pool: list[Slot]) -> list[Slot]:
+    """The slots with their devices taken in turn (a GPU's first slot, the next GPU's first, ..., then each one's
+    second): consecutive positions are on different devices wherever there are several."""
+    by_device: dict[str | None, list[Slot]] = {}
+    for slot in pool:
+        by_device.setdefault(slot.gpu, []).append(slot)
+    rounds = itertools.zip_longest(*by_device.values())
+    return [slot for turn in rounds for slot in turn if slot is not None]
+
+
+def device_queues(specs: list[RunSpec], pool: list[Slot]) -> dict[str | None, list[RunSpec]]:
+    """Which device runs which specs, in what order. Run (grid point p, seed s) goes to the device of position
+    (s + p) mod (slots) of the `interleaved` slots: every device runs every grid point about as often as it has
+    slots, so no condition is confounded with the card it ran on (a card's speed shows in step times, its numerics
+    in results), and the placement of a run never depends on which runs are already done. Each queue runs in seed
+    order, grid points alternating, so the conditions also share each stretch of time."""
+    order = interleaved(pool)
+    points = list(dict.fromkeys(spec.point for spec in specs))
+    queues: dict[str | None, list[RunSpec]] = {slot.gpu: [] for slot in order}
+    for spec in sorted(specs, key=lambda spec: (spec.seed, points.index(spec.point))):
+        queues[order[(spec.seed + points.index(spec.point)) % len(order)].gpu].append(spec)
+    return queues
+
+
 def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
-    """Run every spec that is not done, at most one per slot at a time; returns counts per outcome."""
+    """Run every spec that is not done, at most one per slot at a time, each on its device (`device_queues`);
+    returns counts per outcome."""
     pending = [spec for spec in specs if status(spec) != "done"]
     counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
-    free = list(pool)
+    queues = device_queues(pending, pool)
+    free = interleaved(pool)
     running: dict[subprocess.Popen, tuple[RunSpec, Slot, float]] = {}
-    while pending or running:
-        while pending and free:
-            spec, slot = pending.pop(0), free.pop(0)
+    while any(queues.values()) or running:
+        for slot in [slot for slot in free if queues[slot.gpu]]:
+            free.remove(slot)
+            spec = queues[slot.gpu].pop(0)
             running[launch(spec, slot)] = (spec, slot, time.perf_counter())
         time.sleep(0.5)
         for process in [p for p in running if p.poll() is not None]:

@@ -1,0 +1,61 @@
+"""What a run was made from: the source commit of the ragen_lit code and the sha256 of the weights it started from.
+
+`fit` tags every new MLflow run with both (`ragen_lit.commit`, `ragen_lit.commit_dirty`, `ragen_lit.weights_sha256`)
+and `warm-start` writes them into its record, so a result names the code and the weights behind it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+"""files that hold a model's weights (a folder's other files — config, tokenizer — are not hashed)"""
+
+
+def source_commit(folder: Path | None = None) -> tuple[str, bool] | None:
+    """(commit hash, whether tracked files have uncommitted changes) of the git checkout holding `folder` (default:
+    the ragen_lit source in use); None outside a git checkout (an installed wheel)."""
+    folder = folder or Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    return commit, bool(git("status", "--porcelain", "--untracked-files=no"))
+
+
+def weights_sha256(path: str | Path) -> str | None:
+    """sha256 over the weight files of a model folder (or one weight file): each file's name and bytes, in name
+    order, so the same weights under the same names give the same digest. None for a path that is not on this
+    machine (a hub id resolved later) or holds no weight file."""
+    path = Path(path).expanduser()
+    files = [path] if path.is_file() else sorted(p for p in path.glob("*") if p.suffix in WEIGHT_SUFFIXES)
+    if not path.exists() or not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def run_tags(model_path: str) -> dict[str, str]:
+    """The MLflow tags of a new run: commit, dirty flag and the starting weights' digest (those known here)."""
+    tags = {}
+    commit = source_commit()
+    if commit is not None:
+        tags["ragen_lit.commit"], dirty = commit
+        tags["ragen_lit.commit_dirty"] = str(dirty).lower()
+    digest = weights_sha256(model_path)
+    if digest is not None:
+        tags["ragen_lit.weights_sha256"] = digest
+    return tags
