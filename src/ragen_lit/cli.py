@@ -315,6 +315,7 @@ def _compare_command(args) -> int:
         args.metrics,
         args.predictors_at,
         args.finished_only,
+        args.differences,
     )
 
 
@@ -375,7 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument(
         "--metrics",
         nargs="+",
-        help="columns to show: column names or logged keys[:last|max|mean|mean_last3|mean_after_first]",
+        help="columns to show: column names (val_success_mean too) or logged keys"
+        "[:last|first|max|mean|mean_last3|mean_after_first|at<step>]",
+    )
+    p_cmp.add_argument(
+        "--differences",
+        nargs="+",
+        help="columns whose difference to the baseline is shown, as --metrics names them (default: "
+        "val_success_final), e.g. val_success_final val_success_best val_success_mean train_success",
     )
     p_cmp.add_argument(
         "--finished-only",
@@ -384,9 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_cmp.add_argument(
         "--predictors-at",
-        type=int,
-        metavar="STEP",
-        help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration with final success (Fig. 8)",
+        metavar="STEP|all",
+        help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration (or at every iteration "
+        "they were logged at: all) with final success (Fig. 8)",
     )
     p_cmp.set_defaults(func=_compare_command)
     # argparse takes one run of positionals: `key=value` words after a flag (`... --out DIR env.options.size=5`)

@@ -56,15 +56,15 @@ def test_means_stds_and_n_by_hand(runs):
 def test_difference_to_the_default_baseline_by_hand(runs):
     table = build_table(runs)
     assert table.baseline == BASE  # the label with strategy=none, though it is not listed first by name
-    assert row(table, BASE).difference is None
-    d = row(table, TOP_P).difference
+    assert row(table, BASE).differences == {}
+    d = row(table, TOP_P).differences["val_success_final"]
     # 0.7 - 0.4 = 0.3; se = sqrt(0.04/3 + 0.04/3) = 0.163299; ν = 4; t_{0.975,4} = 2.776445; half = 0.453392
     assert (d.delta, d.df) == pytest.approx((0.3, 4.0))
     assert (d.low, d.high) == pytest.approx((-0.153392, 0.753392), abs=1e-5)
 
 
 def test_explicit_and_unknown_baseline(runs):
-    d = row(build_table(runs, baseline=TOP_P), BASE).difference
+    d = row(build_table(runs, baseline=TOP_P), BASE).differences["val_success_final"]
     assert d.delta == pytest.approx(-0.3)
     with pytest.raises(ConfigError) as err:
         build_table(runs, baseline="nope")
@@ -89,7 +89,8 @@ def test_csv_parses(runs):
     assert float(rows[0]["val_success_final_mean"]) == pytest.approx(0.4)
     assert int(rows[1]["mi_retrieval_acc_n"]) == 2
     assert rows[0]["delta_val_success_final"] == ""  # the baseline row has no difference
-    assert float(rows[1]["delta_low"]) == pytest.approx(-0.153392, abs=1e-5)
+    assert float(rows[1]["delta_val_success_final_low"]) == pytest.approx(-0.153392, abs=1e-5)
+    assert rows[0]["n_unfinished"] == "0"
 
 
 def test_json_round_trips(runs):
@@ -100,7 +101,8 @@ def test_json_round_trips(runs):
     assert top["values"]["val_success_final"]["runs"] == pytest.approx([0.5, 0.7, 0.9])
     assert top["values"]["mi_retrieval_acc"]["runs"][2] is None
     assert data["rows"][0]["values"]["kept_ratio"]["mean"] is None
-    assert top["difference"]["df"] == pytest.approx(4.0)
+    assert top["differences"]["val_success_final"]["df"] == pytest.approx(4.0)
+    assert data["rows"][0]["differences"] == {} and data["differences"][0]["key"] == "val_success_final"
 
 
 def test_metric_choice(runs):
@@ -116,9 +118,40 @@ def test_metric_choice(runs):
             choose_columns([bad], runs)
 
 
+def test_reducers_at_a_step_first_and_the_mean_over_validations(runs):
+    columns = choose_columns(["val/success:at1", "val/success:first", "val_success_mean", "rollout/success:at9"], runs)
+    base = row(build_table(runs, columns=columns), BASE)
+    assert base.values["val/success:at1"] == pytest.approx([0.3, 0.2, 0.5])  # the validation at iteration 1
+    assert base.values["val/success:first"] == pytest.approx([0.1, 0.1, 0.1])  # before any update
+    # mean over the three validations: (0.1+0.3+0.2)/3, (0.1+0.2+0.4)/3, (0.1+0.5+0.6)/3
+    assert base.values["val_success_mean"] == pytest.approx([0.2, 0.7 / 3, 0.4])
+    assert all(math.isnan(v) for v in base.values["rollout/success:at9"])  # no run logged step 9
+    for bad in ("val/success:at", "val/success:at-1", "val/success:atx"):
+        with pytest.raises(ConfigError, match="at<step>"):
+            choose_columns([bad], runs)
+
+
+def test_differences_of_several_columns_by_hand(runs):
+    """Robustness of a headline difference: Δ of final, best, mean-over-validations and train success, each with
+    its own Welch interval."""
+    columns = choose_columns(["val_success_final", "val_success_best", "val_success_mean", "train_success"], runs)
+    table = build_table(runs, columns=columns, differences=columns)
+    d = row(table, TOP_P).differences
+    assert d["val_success_final"].delta == pytest.approx(0.3)
+    # best: top_p 0.5 0.7 0.9 (mean 0.7) vs base 0.3 0.4 0.6 (mean 1.3/3)
+    assert d["val_success_best"].delta == pytest.approx(0.7 - 1.3 / 3)
+    # mean over validations: top_p (0.1+0.5+0.5)/3, (0.1+0.6+0.7)/3, (0.1+0.8+0.9)/3 -> mean 4.3/9; base 2.5/9
+    assert d["val_success_mean"].delta == pytest.approx(4.3 / 9 - 2.5 / 9)
+    assert d["train_success"].delta == pytest.approx(0.0)  # both 0.6 + 0.1*seed
+    text = render(table, "markdown")
+    for title in ("final val success", "best val success", "mean val success", "train success (last 3)"):
+        assert f"Δ {title} vs baseline [95% CI]" in text
+    assert text.splitlines()[2].endswith("| baseline | baseline | baseline | baseline |")
+
+
 def test_plain_fit_run_is_grouped_by_name_and_has_no_interval(runs, solo):
     both = runs + load_runs(find_stores([solo]))
     table = build_table(both)
-    d = row(table, "frozenlake-grpo").difference
+    d = row(table, "frozenlake-grpo").differences["val_success_final"]
     assert d.delta == pytest.approx(0.5 - 0.4) and math.isnan(d.low)
     assert "(no interval: n < 2)" in render(table, "markdown")

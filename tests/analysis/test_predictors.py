@@ -51,9 +51,25 @@ def test_compare_prints_and_writes_the_predictor_table(sweep, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["compare", str(copy), "--predictors-at", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "| metric at iteration 2 | Spearman ρ with final val success | p | runs |" in printed
-    assert "| token entropy | +0.72 | 0.109 | 6 |" in printed
+    assert "| iteration | metric | Spearman ρ with final val success | p | runs |" in printed
+    assert "| 2 | token entropy | +0.72 | 0.109 | 6 |" in printed
+    assert "MI z-score" not in printed  # logged by no run: no row
     assert (out / "predictors.md").read_text() in printed
+
+
+def test_predictors_at_every_iteration(sweep, tmp_path, capsys):
+    """`all`: a block per iteration the predictors were logged at (1 and 2 here), each as `--predictors-at N`."""
+    copy = shutil.copytree(sweep, tmp_path / "sweep")
+    assert main(["compare", str(copy), "--predictors-at", "all", "--out", str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "predictors.md").read_text()
+    assert "| 2 | token entropy | +0.72 | 0.109 | 6 |" in table
+    # iteration 1: entropy 3.0 in every run: constant, no correlation, six runs
+    assert "| 1 | token entropy | – | – | 6 |" in table
+    assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == sorted(
+        line.split("|")[1].strip() for line in table.splitlines()[2:]
+    )
+    assert main(["compare", str(copy), "--predictors-at", "late", "--out", str(tmp_path / "x")]) == 2
+    assert "--predictors-at late: give an iteration (a whole number) or 'all'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -82,7 +98,8 @@ def test_compare_names_unfinished_runs_and_can_leave_them_out(sweep, tmp_path, c
     assert "warning: 1 run(s) did not finish, in the table with their last logged values: none-seed0 (RUNNING)" in (
         captured.err
     )
-    assert "| filter.strategy=none | 3 |" in captured.out
+    assert "| filter.strategy=none | 3 (1 unfinished) |" in captured.out  # its point says so in the table too
+    assert "| filter.strategy=top_p,filter.value=0.9 | 3 |" in captured.out
     assert main(["compare", str(copy), "--finished-only", "--out", str(tmp_path / "b")]) == 0
     captured = capsys.readouterr()
     assert "left out (--finished-only): none-seed0 (RUNNING)" in captured.err

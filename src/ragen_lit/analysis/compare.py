@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragen_lit.analysis.plots import write_figures
-from ragen_lit.analysis.predictors import check_step, predictor_table, predictors_markdown
+from ragen_lit.analysis.predictors import predictor_steps, predictor_table, predictors_markdown, value_at
 from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
@@ -54,11 +54,19 @@ def _mean_after_first(values: list[float]) -> float:
 
 REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "last": _last,
+    "first": lambda v: v[0],
     "max": max,
     "mean": lambda v: sum(v) / len(v),
     "mean_last3": _mean_last3,
     "mean_after_first": _mean_after_first,
 }
+AT_STEP = "at"
+"""`at<N>`: the value logged at step N exactly (NaN for a run that logged none there), e.g. `val/success:at10`"""
+
+
+def check_reducer(reduce: str) -> bool:
+    """Whether `reduce` names a reducer: one of `REDUCERS` or `at<N>` for a step N >= 0."""
+    return reduce in REDUCERS or (reduce.startswith(AT_STEP) and reduce[len(AT_STEP) :].isdigit())
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,11 @@ class Column:
 
     def value(self, run: RunRecord) -> float:
         history = run.metrics.get(self.metric)
-        return REDUCERS[self.reduce]([v for _, v in history]) if history else math.nan
+        if not history:
+            return math.nan
+        if self.reduce.startswith(AT_STEP) and self.reduce not in REDUCERS:
+            return value_at(history, int(self.reduce[len(AT_STEP) :]))
+        return REDUCERS[self.reduce]([v for _, v in history])
 
 
 # the definitions of these values are in `build_table`'s docstring
@@ -89,18 +101,22 @@ COLUMNS = (
     Column("step_time_s", "step time (s)", "time/iteration_s", "mean"),
 )
 DIFF_COLUMN = COLUMNS[0]
+# columns known by name for --metrics and --differences, not shown by default
+EXTRA_COLUMNS = (Column("val_success_mean", "mean val success", "val/success", "mean"),)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One grid point: its runs, each column's per-run values and their summary, and the difference of
-    final validation success to the baseline (None on the baseline row itself)."""
+    """One grid point: its runs (of which `unfinished` did not finish: killed, failed or still running), each
+    column's per-run values and their summary, and per difference column its difference to the baseline (empty
+    on the baseline row itself)."""
 
     label: str
     runs: tuple[RunRecord, ...]
     values: dict[str, list[float]]
     cells: dict[str, Summary]
-    difference: Difference | None
+    differences: dict[str, Difference]
+    unfinished: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,7 @@ class Table:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     baseline: str
+    differences: tuple[Column, ...] = (DIFF_COLUMN,)
 
 
 def choose_columns(names: Sequence[str] | None, runs: Sequence[RunRecord]) -> tuple[Column, ...]:
@@ -115,19 +132,19 @@ def choose_columns(names: Sequence[str] | None, runs: Sequence[RunRecord]) -> tu
     with an optional reducer (`rollout/reward`, `rollout/reward:mean`; default: last)."""
     if not names:
         return COLUMNS
-    known = {c.key: c for c in COLUMNS}
+    known = {c.key: c for c in (*COLUMNS, *EXTRA_COLUMNS)}
     logged = {key for run in runs for key in run.metrics}
     chosen = []
     for name in names:
         metric, _, reduce = name.partition(":")
         if name in known:
             chosen.append(known[name])
-        elif metric in logged and (reduce or "last") in REDUCERS:
+        elif metric in logged and check_reducer(reduce or "last"):
             chosen.append(Column(name, name, metric, reduce or "last"))
         else:
             raise ConfigError(
                 f"unknown metric '{name}': use a column ({', '.join(known)}) or a logged metric key such as "
-                f"'rollout/reward', optionally ':{'|'.join(REDUCERS)}'"
+                f"'rollout/reward', optionally ':{'|'.join(REDUCERS)}|{AT_STEP}<step>'"
             )
     return tuple(chosen)
 
@@ -150,10 +167,15 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
     return next((label for label in labels if BASELINE_HINT in label), labels[0])
 
 
-def build_table(runs: Sequence[RunRecord], baseline: str | None = None, columns: tuple[Column, ...] = COLUMNS) -> Table:
+def build_table(
+    runs: Sequence[RunRecord],
+    baseline: str | None = None,
+    columns: tuple[Column, ...] = COLUMNS,
+    differences: tuple[Column, ...] = (DIFF_COLUMN,),
+) -> Table:
     """One row per label (grid point): each column's mean ± sample std over the label's runs, with n the
-    runs that logged the metric, and the difference of final validation success to the baseline
-    (`choose_baseline`) with its Welch interval.
+    runs that logged the metric, and for each of `differences` (default: final validation success) the difference
+    to the baseline (`choose_baseline`) with its Welch interval.
 
     The default columns, per run, from the run's history of each metric in step order (missing: NaN):
 
@@ -174,14 +196,18 @@ def build_table(runs: Sequence[RunRecord], baseline: str | None = None, columns:
     if not groups:
         raise ConfigError("no runs found to compare")
     reference = choose_baseline(list(groups), baseline)
-    base_values = [DIFF_COLUMN.value(r) for r in groups[reference]]
     rows = []
     for label, members in groups.items():
         values = {c.key: [c.value(r) for r in members] for c in columns}
-        final = [DIFF_COLUMN.value(r) for r in members]
-        difference = None if label == reference else welch_difference(final, base_values, CONFIDENCE)
-        rows.append(Row(label, tuple(members), values, {k: summarize(v) for k, v in values.items()}, difference))
-    return Table(columns, tuple(rows), reference)
+        deltas = {}
+        if label != reference:
+            for column in differences:
+                point, base = ([column.value(r) for r in runs] for runs in (members, groups[reference]))
+                deltas[column.key] = welch_difference(point, base, CONFIDENCE)
+        unfinished = sum(r.status != "FINISHED" for r in members)
+        cells = {k: summarize(v) for k, v in values.items()}
+        rows.append(Row(label, tuple(members), values, cells, deltas, unfinished))
+    return Table(columns, tuple(rows), reference, differences)
 
 
 def _num(x: float) -> str:
@@ -196,7 +222,7 @@ def _cell(summary: Summary, n_runs: int) -> str:
 
 
 def _difference_cell(difference: Difference | None) -> str:
-    if difference is None:
+    if difference is None:  # the baseline row
         return "baseline"
     if math.isnan(difference.delta):
         return MISSING
@@ -205,15 +231,21 @@ def _difference_cell(difference: Difference | None) -> str:
     return f"{difference.delta:+.3g} [{difference.low:+.3g}, {difference.high:+.3g}]"
 
 
+def _runs_cell(row: Row) -> str:
+    """The number of runs, and how many of them did not finish (their values are their last logged ones)."""
+    return f"{len(row.runs)} ({row.unfinished} unfinished)" if row.unfinished else str(len(row.runs))
+
+
 def to_markdown(table: Table) -> str:
-    """A GitHub table: one row per point, `mean ± std` per column (n shown where fewer runs had the metric)."""
+    """A GitHub table: one row per point, `mean ± std` per column (n shown where fewer runs had the metric), a Δ
+    column per difference column; a point with unfinished runs says how many in its n."""
     head = ["point", "n"] + [c.title for c in table.columns]
-    head.append(f"Δ {DIFF_COLUMN.title} vs baseline [{CONFIDENCE:.0%} CI]")
+    head += [f"Δ {c.title} vs baseline [{CONFIDENCE:.0%} CI]" for c in table.differences]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table.rows:
-        cells = [row.label.replace("|", "\\|"), str(len(row.runs))]
+        cells = [row.label.replace("|", "\\|"), _runs_cell(row)]
         cells += [_cell(row.cells[c.key], len(row.runs)) for c in table.columns]
-        cells.append(_difference_cell(row.difference))
+        cells += [_difference_cell(row.differences.get(c.key)) for c in table.differences]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
@@ -224,37 +256,40 @@ def to_markdown(table: Table) -> str:
 
 
 def to_csv(table: Table) -> str:
-    """One row per point: label, n_runs, seeds, `<column>_mean/_std/_n` and the difference to the baseline."""
+    """One row per point: label, n_runs, n_unfinished, seeds, `<column>_mean/_std/_n` and per difference column
+    `delta_<column>` with its `_low`, `_high` and `_df` (empty on the baseline row)."""
     out = io.StringIO()
     writer = csv.writer(out)
-    header = ["point", "n_runs", "seeds"]
+    header = ["point", "n_runs", "n_unfinished", "seeds"]
     header += [f"{c.key}_{part}" for c in table.columns for part in ("mean", "std", "n")]
-    header += ["delta_val_success_final", "delta_low", "delta_high", "delta_df"]
+    header += [f"delta_{c.key}{part}" for c in table.differences for part in ("", "_low", "_high", "_df")]
     writer.writerow(header)
     for row in table.rows:
-        d = row.difference
-        record = [row.label, len(row.runs), " ".join(_seeds(row))]
+        record = [row.label, len(row.runs), row.unfinished, " ".join(_seeds(row))]
         record += [x for c in table.columns for x in (row.cells[c.key].mean, row.cells[c.key].std, row.cells[c.key].n)]
-        # the baseline row has no difference: empty fields, not a misleading 0 ± 0
-        record += ["", "", "", ""] if d is None else [d.delta, d.low, d.high, d.df]
+        for column in table.differences:
+            d = row.differences.get(column.key)
+            # the baseline row has no difference: empty fields, not a misleading 0 ± 0
+            record += ["", "", "", ""] if d is None else [d.delta, d.low, d.high, d.df]
         writer.writerow(record)
     return out.getvalue()
 
 
 def to_dict(table: Table) -> dict:
     """Every number of the table, NaN and inf as None (JSON has neither): per point each column's mean, std,
-    n and per-run values (in run order, with the run ids), and the difference to the baseline."""
+    n and per-run values (in run order, with the run ids), and per difference column the difference to the
+    baseline (none on the baseline row)."""
 
     def clean(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
     rows = []
     for row in table.rows:
-        d = row.difference
         rows.append(
             {
                 "label": row.label,
                 "n_runs": len(row.runs),
+                "n_unfinished": row.unfinished,
                 "seeds": _seeds(row),
                 "run_ids": [r.run_id for r in row.runs],
                 "values": {
@@ -266,14 +301,9 @@ def to_dict(table: Table) -> dict:
                     }
                     for key, s in row.cells.items()
                 },
-                "difference": None
-                if d is None
-                else {
-                    "metric": DIFF_COLUMN.key,
-                    "delta": clean(d.delta),
-                    "low": clean(d.low),
-                    "high": clean(d.high),
-                    "df": clean(d.df),
+                "differences": {
+                    key: {"delta": clean(d.delta), "low": clean(d.low), "high": clean(d.high), "df": clean(d.df)}
+                    for key, d in row.differences.items()
                 },
             }
         )
@@ -281,6 +311,7 @@ def to_dict(table: Table) -> dict:
         "baseline": table.baseline,
         "confidence": CONFIDENCE,
         "columns": [c.__dict__ for c in table.columns],
+        "differences": [c.__dict__ for c in table.differences],
         "rows": rows,
     }
 
@@ -318,14 +349,17 @@ def run_compare(
     fmt: str = "markdown",
     out: str | None = None,
     metrics: Sequence[str] | None = None,
-    predictors_at: int | None = None,
+    predictors_at: str | None = None,
     finished_only: bool = False,
+    differences: Sequence[str] | None = None,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
 
     A target that exists is a folder (or store file) to search for `**/mlruns.db`; any other target picks
-    runs by id, run name or point among the loaded ones. No target: the current directory.
+    runs by id, run name or point among the loaded ones. No target: the current directory. `differences`: the
+    columns (names or `metric:reducer`, as `metrics`) whose difference to the baseline is shown, default final
+    validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`).
     """
     check_format(fmt)
     paths = [Path(t) for t in targets if Path(t).exists()]
@@ -349,14 +383,14 @@ def run_compare(
         names = ", ".join(f"{r.name} ({r.status})" for r in unfinished[:6]) + (" ..." if len(unfinished) > 6 else "")
         verb = "left out (--finished-only)" if finished_only else "in the table with their last logged values"
         print(f"warning: {len(unfinished)} run(s) did not finish, {verb}: {names}", file=sys.stderr)
-    if predictors_at is not None:
-        check_step(runs, predictors_at)
-    table = build_table(runs, baseline, choose_columns(metrics, runs))
+    steps = predictor_steps(runs, predictors_at) if predictors_at is not None else []
+    compared = choose_columns(differences, runs) if differences else (DIFF_COLUMN,)
+    table = build_table(runs, baseline, choose_columns(metrics, runs), compared)
     text = render(table, fmt)
     sys.stdout.write(text)
     extra = []
-    if predictors_at is not None:
-        predictors = predictors_markdown(predictor_table(runs, predictors_at), predictors_at)
+    if steps:
+        predictors = predictors_markdown([(step, predictor_table(runs, step)) for step in steps])
         if fmt == "markdown":
             sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
         extra.append(("predictors.md", predictors))

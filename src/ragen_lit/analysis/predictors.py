@@ -1,9 +1,10 @@
 """Which early metric predicts a run's final success (RAGEN-2 Fig. 8): Spearman's rank correlation, across runs,
 of each metric's value at one iteration with the run's last validation success.
 
-The paper reports the MI family positively correlated with final success and the entropy family negatively;
-`python -m ragen_lit compare RUNS --predictors-at STEP` prints this table for any set of runs (pool several
-sweeps by passing their folders).
+The paper reports the MI family positively correlated with final success and the entropy family negatively; its
+Fig. 8 metric is the trajectory-scope MI z-score. `python -m ragen_lit compare RUNS --predictors-at STEP` prints
+this table for any set of runs (pool several sweeps by passing their folders), `--predictors-at all` one block per
+iteration the diagnostics ran at, so that a correlation at one iteration is read beside the others.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ PREDICTORS: tuple[tuple[str, str], ...] = (
     ("MI estimate", "collapse/first_turn/mi_est"),
     ("MI z-score", "collapse/first_turn/mi_zscore"),
     ("conditional entropy H(Z|X)", "collapse/first_turn/cond_entropy"),
+    ("MI retrieval acc (trajectory)", "collapse/trajectory/retrieval_acc"),
+    ("MI z-score (trajectory)", "collapse/trajectory/mi_zscore"),
+    ("H(Z|X) (trajectory)", "collapse/trajectory/cond_entropy"),
     ("token entropy", "actor/entropy"),
 )
+EVERY_STEP = "all"
+"""`--predictors-at all`: a block for every iteration the predictors were logged at"""
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,31 @@ def predictor_table(
     return rows
 
 
-def predictors_markdown(rows: Sequence[Correlation], step: int) -> str:
-    lines = [
-        f"| metric at iteration {step} | Spearman ρ with final val success | p | runs |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        rho = "–" if math.isnan(r.rho) else f"{r.rho:+.2f}"
-        p = "–" if math.isnan(r.p) else f"{r.p:.3f}"
-        lines.append(f"| {r.label} | {rho} | {p} | {r.n} |")
+def predictors_markdown(blocks: Sequence[tuple[int, Sequence[Correlation]]]) -> str:
+    """One table: per (iteration, its correlations) block a row per predictor; a metric none of the runs logged at
+    an iteration (a scope that diagnostics did not compute) is left out of that block."""
+    lines = ["| iteration | metric | Spearman ρ with final val success | p | runs |", "|---|---|---|---|---|"]
+    for step, rows in blocks:
+        for r in rows:
+            if r.n == 0:
+                continue
+            rho = "–" if math.isnan(r.rho) else f"{r.rho:+.2f}"
+            p = "–" if math.isnan(r.p) else f"{r.p:.3f}"
+            lines.append(f"| {step} | {r.label} | {rho} | {p} | {r.n} |")
     return "\n".join(lines) + "\n"
+
+
+def predictor_steps(runs: Sequence[RunRecord], at: str) -> list[int]:
+    """The iterations `--predictors-at` names: one (checked by `check_step`) or, for `all`, every one the
+    predictors were logged at. Anything else is one line naming what is allowed."""
+    if at == EVERY_STEP:
+        steps = logged_steps(runs)
+        if not steps:
+            raise ConfigError(
+                "--predictors-at all: none of the runs logged the MI or entropy metrics (diagnostics off?)"
+            )
+        return steps
+    if not at.isdigit():
+        raise ConfigError(f"--predictors-at {at}: give an iteration (a whole number) or '{EVERY_STEP}'")
+    check_step(runs, int(at))
+    return [int(at)]
