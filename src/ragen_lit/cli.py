@@ -316,6 +316,7 @@ def _compare_command(args) -> int:
         args.predictors_at,
         args.finished_only,
         args.differences,
+        args.collapse,
     )
 
 
@@ -395,6 +396,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEP|all",
         help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration (or at every iteration "
         "they were logged at: all) with final success (Fig. 8)",
+    )
+    p_cmp.add_argument(
+        "--collapse",
+        action="store_true",
+        help="also read template collapse run by run: when each scope collapsed, the regime at the end, when the "
+        "alarm, an entropy monitor and the success plateau came; per point the alarm's hits and false alarms",
     )
     p_cmp.set_defaults(func=_compare_command)
     # argparse takes one run of positionals: `key=value` words after a flag (`... --out DIR env.options.size=5`)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragen_lit.analysis.collapse import collapse_markdown, read_run
 from ragen_lit.analysis.plots import write_figures
 from ragen_lit.analysis.predictors import predictor_steps, predictor_table, predictors_markdown, value_at
 from ragen_lit.analysis.runs import (
@@ -352,6 +353,7 @@ def run_compare(
     predictors_at: str | None = None,
     finished_only: bool = False,
     differences: Sequence[str] | None = None,
+    collapse: bool = False,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
@@ -359,7 +361,8 @@ def run_compare(
     A target that exists is a folder (or store file) to search for `**/mlruns.db`; any other target picks
     runs by id, run name or point among the loaded ones. No target: the current directory. `differences`: the
     columns (names or `metric:reducer`, as `metrics`) whose difference to the baseline is shown, default final
-    validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`).
+    validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`); `collapse`: also
+    the per-run reading of template collapse, the alarm and an entropy monitor (`analysis.collapse`).
     """
     check_format(fmt)
     paths = [Path(t) for t in targets if Path(t).exists()]
@@ -394,6 +397,11 @@ def run_compare(
         if fmt == "markdown":
             sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
         extra.append(("predictors.md", predictors))
+    if collapse:
+        readings = collapse_markdown([read_run(run) for run in runs])
+        if fmt == "markdown":
+            sys.stdout.write("\nTemplate collapse, run by run (steps are iterations; –: never):\n\n" + readings)
+        extra.append(("collapse.md", readings))
 
     folder = default_out(paths, tracking_uri) if out is None else Path(out)
     files = write_figures(group_runs(runs), folder)
