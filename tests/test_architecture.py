@@ -25,6 +25,7 @@ BOTTOM = {
     "parallel.collectives",
     "figures",
     "shapes",
+    "provenance",
 }
 PARALLEL = {
     "parallel",
@@ -67,9 +68,21 @@ ALLOWED: dict[str, set[str]] = {
         "parallel.collectives",
     },
     # the package's own __init__ for its version
-    "warm_start": {"__init__", "errors", "typed_fields", "config", "agent", "engines", "envs", "models", "presets"},
-    "analysis": {"errors", "figures", "config"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start"},
+    "warm_start": {
+        "__init__",
+        "errors",
+        "typed_fields",
+        "config",
+        "agent",
+        "engines",
+        "envs",
+        "models",
+        "presets",
+        "provenance",
+    },
+    # metrics: `compare --collapse` replays the collapse alarm on logged streams
+    "analysis": {"errors", "figures", "config", "metrics"},
+    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "provenance"},
     "bench": BELOW_TRAINING | {"training", "diagnose", "cli", "analysis"},
     "__main__": {"cli"},
     "__init__": {"envs"},
