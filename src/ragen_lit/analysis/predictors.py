@@ -4,7 +4,8 @@ of each metric's value at one iteration with the run's last validation success.
 The paper reports the MI family positively correlated with final success and the entropy family negatively; its
 Fig. 8 metric is the trajectory-scope MI z-score. `python -m ragen_lit compare RUNS --predictors-at STEP` prints
 this table for any set of runs (pool several sweeps by passing their folders), `--predictors-at all` one block per
-iteration the diagnostics ran at, so that a correlation at one iteration is read beside the others.
+iteration any predictor was logged at (token entropy is logged every iteration, the MI family at the diagnostics'
+iterations), so that a correlation at one iteration is read beside the others.
 """
 
 from __future__ import annotations
