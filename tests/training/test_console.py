@@ -86,9 +86,11 @@ def test_the_notices_only_a_gpu_machine_gets_are_dropped(monkeypatch, caplog, re
     monkeypatch.setattr(cuda, "_is_ampere_or_later", lambda device=None: True)
     monkeypatch.setattr(data_connector, "suggested_max_num_workers", lambda local_world_size: 15)
     cuda._check_cuda_matmul_precision.cache_clear()
+    previous = torch.get_float32_matmul_precision()  # a fit earlier in this process set its own
+    torch.set_float32_matmul_precision("highest")  # the condition of Lightning's advice
     with caplog.at_level(logging.INFO):
         cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
         data_connector._worker_check(types.SimpleNamespace(num_devices=1), DataLoader([1]), "train_dataloader")
     cuda._check_cuda_matmul_precision.cache_clear()
-    assert torch.get_float32_matmul_precision() == "highest"  # the advice's own condition held
+    torch.set_float32_matmul_precision(previous)
     assert not caplog.records and not recwarn.list, [*caplog.records, *recwarn.list]
