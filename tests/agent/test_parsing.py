@@ -66,3 +66,23 @@ def test_user_message_mentions_reward_and_warning_only_when_given():
     assert "Reward" not in first and "No valid action" not in first and "Turn 1:" in first
     later = user_message(2, "obs", 8, previous_reward=-0.1, previous_invalid=True)
     assert later.startswith("Reward: -0.1\nNo valid action")
+
+
+def test_reasoning_tokens_are_counted_as_sampled():
+    """The reasoning's own tokens, whatever split the policy sampled: the count up to the token in which </think>
+    begins; None where no token boundary separates the two, or without </think>."""
+    from ragen_lit.agent.parsing import reasoning_token_count
+
+    pieces = [" [your thought", "s", "]", " ", "</think>", "<answer>", "Up", "</answer>"]
+
+    def decode(ids):
+        return "".join(pieces[i] for i in ids)
+
+    ids = list(range(len(pieces)))
+    assert reasoning_token_count(decode, ids, decode(ids)) == 4  # " [your thoughts] ", the space included
+    glued = [" go", "</thi", "nk><answer>Up</answer>"]  # </think> starts at a token boundary, ends inside one
+    assert reasoning_token_count(lambda i: "".join(glued[k] for k in i), [0, 1, 2], "".join(glued)) == 1
+    inside = [" g", "o</think>", "<answer>Up</answer>"]  # </think> begins inside a token carrying reasoning text
+    assert reasoning_token_count(lambda i: "".join(inside[k] for k in i), [0, 1, 2], "".join(inside)) is None
+    assert reasoning_token_count(decode, [0, 1, 2], decode([0, 1, 2])) is None  # no </think>
+    assert reasoning_token_count(decode, [4, 5, 6, 7], decode([4, 5, 6, 7])) == 0  # empty reasoning

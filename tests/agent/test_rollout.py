@@ -81,6 +81,20 @@ def test_training_sequence_is_the_concatenation_of_fed_and_sampled_ids(chat):
     assert traj.sample_logprobs[0] == 0.0
 
 
+def test_each_turn_knows_its_reasonings_sampled_tokens(chat):
+    """`Turn.reasoning_end`: token_ids[prompt_end:reasoning_end] are the reasoning as sampled (the diagnostics score
+    these, not a re-encoding of the stripped text); a broken turn has none."""
+    replies = [" go  right </think><answer>Right</answer>", "no tags at all", "x</think><answer>Down</answer>"]
+    _, trajs = _run(chat, replies)
+    first, broken = trajs[0].turns[0], trajs[0].turns[1]
+    sampled = trajs[0].token_ids[first.prompt_end : first.reasoning_end]
+    assert chat.tokenizer.decode(sampled) == " go  right " and first.reasoning == "go  right"
+    assert trajs[0].token_ids[first.reasoning_end : first.response_end][: len(chat.encode("</think>"))] == chat.encode(
+        "</think>"
+    )
+    assert broken.reasoning is None and broken.reasoning_end is None
+
+
 def test_episode_dynamics_rewards_and_success(chat):
     # (0,0) -R-> (0,1) -R-> (0,2) | -D-> (1,2) -D-> (2,2) | -D-> (3,2) -R-> (3,3) goal
     replies = [

@@ -8,6 +8,7 @@ then charges the format penalty (ragen2.md §2).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ragen_lit.agent.prompts import ACTION_SEPARATOR, ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
@@ -52,3 +53,25 @@ def parse_response(text: str, max_actions: int) -> ParsedResponse:
         actions=parts[:max_actions],
         extra_actions=max(0, len(parts) - max_actions),
     )
+
+
+def reasoning_token_count(decode, response_ids: Sequence[int], text: str) -> int | None:
+    """How many of a turn's sampled tokens form its reasoning Z, as the policy sampled them: the tokens before the one
+    in which `</think>` begins. `text` is `decode(response_ids)`; `decode` turns ids into text as it did.
+
+    The diagnostics score these tokens themselves (ragen2.md §3): re-encoding the parsed text can give another
+    tokenization (the text is stripped, and a policy can sample any split of a string), which the policy may find
+    far less likely than what it sampled. None when the response has no `</think>` or `</think>` begins inside a token
+    that also carries reasoning text (no token boundary separates the two); the caller then re-encodes the text.
+    Found with O(log n) decodes: decoded prefixes only grow with the number of tokens."""
+    cut = text.find(THINK_CLOSE)
+    if cut < 0:
+        return None
+    low, high = 0, len(response_ids)  # the largest count whose decoded prefix is at most `cut` characters long
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(decode(response_ids[:middle])) <= cut:
+            low = middle
+        else:
+            high = middle - 1
+    return low if decode(response_ids[:low]) == text[:cut] else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from torch.profiler import record_function
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.agent.parsing import parse_response
+from ragen_lit.agent.parsing import parse_response, reasoning_token_count
 from ragen_lit.agent.prompts import ANSWER_CLOSE, system_prompt, user_message
 from ragen_lit.agent.trajectory import Trajectory, Turn
 from ragen_lit.engines.base import Engine, SamplingParams
@@ -89,6 +89,10 @@ def rollout(
 ) -> list[Trajectory]:
     """Run one episode per (seed, group) pair with `engine`; returns the trajectories in input order."""
     tokenizer = chat.tokenizer
+
+    def decode(ids: Sequence[int]) -> str:  # as the turns' texts are decoded (`reasoning_token_count`)
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
     envs = [make_env() for _ in seeds]
     stop_ids = [
         i
@@ -141,7 +145,9 @@ def rollout(
             )
             continuing: list[int] = []  # episodes that get a next turn; their messages are encoded in one call
             messages: list[str] = []
-            for i, gen, parsed, acted, state_key in zip(active, generations, parsed_all, acted_all, state_keys):
+            for i, gen, text, parsed, acted, state_key in zip(
+                active, generations, texts, parsed_all, acted_all, state_keys
+            ):
                 traj = trajectories[i]
                 prompt_end = len(traj.token_ids)
                 traj.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
@@ -155,8 +161,21 @@ def rollout(
                 valid = bool(executed)
                 if not valid:
                     turn_reward += limits.format_penalty
+                reasoning_end = None
+                if parsed.reasoning is not None:
+                    count = reasoning_token_count(decode, gen.token_ids, text)
+                    reasoning_end = None if count is None else prompt_end + count
                 traj.turns.append(
-                    Turn(prompt_end, response_end, parsed.reasoning, executed, turn_reward, valid, state_key)
+                    Turn(
+                        prompt_end,
+                        response_end,
+                        parsed.reasoning,
+                        executed,
+                        turn_reward,
+                        valid,
+                        state_key,
+                        reasoning_end,
+                    )
                 )
                 traj.reward += turn_reward
                 traj.num_actions += len(executed)

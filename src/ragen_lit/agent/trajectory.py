@@ -17,6 +17,8 @@ class Turn:
     reward: float  # env rewards of this turn plus the format penalty
     valid: bool  # at least one valid action
     state_key: Hashable | None = None  # the env's `state_key()` when this turn's prompt was shown (GiGPO's anchor)
+    # token_ids[prompt_end:reasoning_end] are the reasoning's sampled tokens (None: no token boundary before </think>)
+    reasoning_end: int | None = None
 
 
 @dataclass

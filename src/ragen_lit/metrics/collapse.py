@@ -122,6 +122,14 @@ def _seconds(start, stop) -> float:
     return start.elapsed_time(stop) / 1000
 
 
+def sampled_reasoning(trajectory, turn) -> list[int] | str:
+    """The reasoning Z of `turn` as the policy sampled it: its token ids (`Turn.reasoning_end`), or its text where no
+    token boundary separates it from `</think>` (then scored as the tokenizer encodes it)."""
+    if turn.reasoning_end is None:
+        return turn.reasoning
+    return trajectory.token_ids[turn.prompt_end : turn.reasoning_end]
+
+
 class CollapseDiagnostics(nn.Module):
     """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
 
@@ -197,9 +205,10 @@ class CollapseDiagnostics(nn.Module):
             policy.train(was_training)
         return out
 
-    def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[str, int]]] | None]:
+    def _inputs(self, chat, scopes, local) -> list[tuple[list[list[int]], list[tuple[list[int] | str, int]]] | None]:
         """Per scope (its drawn pairs in `scopes`), `(prompts, mine)`: every column's prompt, and this rank's share of
-        the drawn pairs (those whose trajectory is in `local`) as (reasoning text, column). One column per distinct key
+        the drawn pairs (those whose trajectory is in `local`) as (reasoning, column), the reasoning as its sampled
+        token ids (`sampled_reasoning`). One column per distinct key
         (group for first turn, draw index for trajectory scope), its prompt that of the key's first pair, supplied by
         the rank holding that pair's trajectory. None for a scope with fewer than two columns (then on every rank:
         they drew the same pairs)."""
@@ -222,17 +231,24 @@ class CollapseDiagnostics(nn.Module):
                 if j in local
             ]
             prompts = [prompt for _, prompt in sorted(dist_utils.gather_lists(owned)[0], key=lambda owned: owned[0])]
-            found.append((prompts, [(drawn_turn(j, t).reasoning, column[key]) for j, t, key in pairs if j in local]))
+            found.append(
+                (
+                    prompts,
+                    [(sampled_reasoning(local[j], drawn_turn(j, t)), column[key]) for j, t, key in pairs if j in local],
+                )
+            )
         return found
 
     def _cross_score(self, policy, chat, scopes, temperature: float, compile_head: bool) -> list[tuple]:
         """This rank's rows of each scope scored under every column's prompt of that scope, in shared forwards:
-        `cross_score_scopes`' (L_tok, L_sum) per scope, queued on the device and not read. The reasoning texts of all
-        scopes are tokenised in one call, which the scorer makes while the device encodes the prompts."""
+        `cross_score_scopes`' (L_tok, L_sum) per scope, queued on the device and not read. The reasonings are their
+        sampled token ids; the few given as text (`sampled_reasoning`) are tokenised in one call, which the scorer
+        makes while the device encodes the prompts."""
 
         def reasonings() -> list[list[list[int]]]:
-            encoded = iter(chat.encode_many([text for _, mine in scopes for text, _ in mine]))
-            return [[next(encoded) for _ in mine] for _, mine in scopes]
+            texts = [z for _, mine in scopes for z, _ in mine if isinstance(z, str)]
+            encoded = iter(chat.encode_many(texts) if texts else [])
+            return [[next(encoded) if isinstance(z, str) else z for z, _ in mine] for _, mine in scopes]
 
         return cross_score_scopes(
             policy,
