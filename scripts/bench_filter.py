@@ -2,10 +2,10 @@
 
     python scripts/bench_filter.py [--config conf/frozenlake.yaml] [key=value ...]
 
-Target: the filtered update within 1.25 x kept_ratio x the unfiltered one (`ragen_lit.bench.filter`).
+Target: the filtered update within 1.25 x kept_ratio x the unfiltered one (`bench.filter`).
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.filter import main
+    from bench.filter import main
 
     raise SystemExit(main())

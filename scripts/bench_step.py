@@ -8,10 +8,10 @@
 
 Generation, prepare_batch, diagnostics and the update timed inside a Lightning fit, then compared with
 transformers' own code doing the same work; the workload and the FLOP count are described in
-`ragen_lit.bench.step`.
+`bench.step`.
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.step import main
+    from bench.step import main
 
     raise SystemExit(main())

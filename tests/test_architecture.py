@@ -70,11 +70,10 @@ ALLOWED: dict[str, set[str]] = {
     "warm_start": {"__init__", "errors", "typed_fields", "config", "agent", "engines", "envs", "models", "presets"},
     "analysis": {"errors", "figures", "config"},
     "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start"},
-    "bench": BELOW_TRAINING | {"training", "diagnose", "cli", "analysis"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }
-LIGHTNING_ROOMS = {"training", "parallel.strategy", "parallel.sharded", "cli", "bench"}
+LIGHTNING_ROOMS = {"training", "parallel.strategy", "parallel.sharded", "cli"}
 
 
 def room_of(module: str) -> str:
@@ -155,6 +154,16 @@ def test_only_the_lightning_rooms_import_lightning():
         lightning = {m for m in imports_of(path) if m.split(".")[0] in ("lightning", "pytorch_lightning")}
         if lightning and room not in LIGHTNING_ROOMS:
             offenders.append(f"{module_name(path)} imports {sorted(lightning)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_package_never_imports_the_benchmarks():
+    """`scripts/bench/` stands on the package, never the other way round (it is not installed with it)."""
+    offenders = [
+        f"{module_name(path)} imports {sorted(found)}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (found := {m for m in imports_of(path) if m.split(".")[0] == "bench"})
+    ]
     assert not offenders, "\n".join(offenders)
 
 

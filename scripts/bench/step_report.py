@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ragen_lit.bench.roofline import Roofline, format_achieved, format_roofline
+from bench.roofline import Roofline, format_achieved, format_roofline
 
 
 def _remeasured(split: dict, key: str) -> str:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ragen_lit.bench.profiling import idle_gaps, profile_region
+from bench.profiling import idle_gaps, profile_region
 
 
 def test_idle_gaps_sums_gaps_by_size_and_names_the_host_region_open_in_each():

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.bench.common import PEAK_FLOPS, device_name
-from ragen_lit.bench.engine import random_model
-from ragen_lit.bench.machine import utc_now
-from ragen_lit.bench.profiling import format_breakdown, profile_region
-from ragen_lit.bench.random_model import QWEN_SHAPES
+from bench.common import PEAK_FLOPS, device_name
+from bench.engine import random_model
+from bench.machine import utc_now
+from bench.profiling import format_breakdown, profile_region
+from bench.random_model import QWEN_SHAPES
 from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score

@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.scoring`: the FLOP count of a cross-scoring call by hand, and the benchmark end to end on CPU."""
+"""`bench.scoring`: the FLOP count of a cross-scoring call by hand, and the benchmark end to end on CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragen_lit.bench.scoring import scoring_flops, workload
+from bench.scoring import scoring_flops, workload
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_scoring.py"
 

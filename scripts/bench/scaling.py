@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
+from bench.common import CONFIG, SMOKE_OVERRIDES, device_name, progress
+from bench.machine import cpu_name, utc_now
+from bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, write_random_model
 from ragen_lit.analysis.runs import find_stores, load_runs
-from ragen_lit.bench.common import CONFIG, SMOKE_OVERRIDES, device_name, progress
-from ragen_lit.bench.machine import cpu_name, utc_now
-from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, write_random_model
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
 

@@ -1,4 +1,4 @@
-"""`scripts/bench_filter.py` (`ragen_lit.bench.filter`) on a tiny configuration: it runs through the real update
+"""`scripts/bench_filter.py` (`bench.filter`) on a tiny configuration: it runs through the real update
 path, drops whole groups, trains on fewer tokens with the same optimizer steps, and prints its verdict. Whether
 the target is met is the benchmark's finding on the machine that runs it, not a unit test's: timings on a shared
 CI machine are no evidence either way."""

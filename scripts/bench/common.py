@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 PEAK_FLOPS = 989e12  # H100 SXM, dense bf16
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
 CONFIG = REPO / "conf" / "frozenlake.yaml"
 STARTED = time.perf_counter()
 # --smoke of the step and update benchmarks: a batch small enough for a CPU

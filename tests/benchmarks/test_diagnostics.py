@@ -1,4 +1,4 @@
-"""`scripts/bench_diagnostics.py --smoke` (`ragen_lit.bench.diagnostics`): the whole benchmark runs and prints
+"""`scripts/bench_diagnostics.py --smoke` (`bench.diagnostics`): the whole benchmark runs and prints
 its table with finite figures."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`scripts/bench_fit.py --smoke` (`ragen_lit.bench.fit`): it runs a real fit and its phases add up to the
+"""`scripts/bench_fit.py --smoke` (`bench.fit`): it runs a real fit and its phases add up to the
 whole command."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from ragen_lit.bench.common import progress
+from bench.common import progress
 from ragen_lit.presets.tiny.build import TinyRecipe, tokenizer_corpus
 from ragen_lit.presets.tiny.tokenizer import train_tokenizer
 

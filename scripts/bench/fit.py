@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ragen_lit.bench.machine import cpu_name, utc_now
+from bench.machine import cpu_name, utc_now
 
 PHASES = ("generation", "diagnostics", "prepare", "update", "validation")
 
@@ -53,7 +53,7 @@ def format_table(wall: float, totals: dict[str, float], iterations: int, command
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(Path(__file__).resolve().parents[3] / "conf" / "frozenlake.yaml"))
+    parser.add_argument("--config", default=str(Path(__file__).resolve().parents[2] / "conf" / "frozenlake.yaml"))
     parser.add_argument("--smoke", action="store_true", help="2 small iterations: checks that the script runs")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the fit")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.random_model`: the shapes build the published parameter counts (on the meta device: no memory),
+"""`bench.random_model`: the shapes build the published parameter counts (on the meta device: no memory),
 and the --smoke shape takes the tokenizer's vocabulary."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from ragen_lit.bench.random_model import SMOKE, qwen_config
+from bench.random_model import SMOKE, qwen_config
 
 
 class Tokenizer:

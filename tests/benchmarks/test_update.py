@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.update`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
+"""`bench.update`: variant parsing, the synthetic batch, and a --smoke run (CPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lit.bench.update import parse_variant, synthetic_batch
+from bench.update import parse_variant, synthetic_batch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_update.py"
 

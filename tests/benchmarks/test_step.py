@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.step`: micro-batching and plain layers of its baselines, and the whole benchmark in --smoke mode
+"""`bench.step`: micro-batching and plain layers of its baselines, and the whole benchmark in --smoke mode
 (CPU)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen_lit.bench.step_baselines import micro_batches, plain_layers
+from bench.step_baselines import micro_batches, plain_layers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_step.py"
 
@@ -126,7 +126,7 @@ def test_plain_layers_unbinds_compiled_forwards_and_restores_them():
 
 @pytest.mark.slow
 def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
-    from ragen_lit.bench.trl_baseline import trl_available
+    from bench.trl_baseline import trl_available
 
     out = tmp_path / "bench.json"
     small = ["rollout.groups=2", "rollout.group_size=4", "rollout.max_new_tokens=8", "model.compile=false"]

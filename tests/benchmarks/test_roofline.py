@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.roofline`: the decode byte model by hand."""
+"""`bench.roofline`: the decode byte model by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from ragen_lit.bench.roofline import (
+from bench.roofline import (
     decode_workload,
     format_achieved,
     format_roofline,

@@ -1,6 +1,6 @@
 """The step benchmark's measurements after the fit, on the last iteration's rollouts and mini-batches: the
 split of `prepare_batch`, the engine alone, transformers' own `generate`, a plain HF update and an
-operator profile of one micro-batch (`ragen_lit.bench.step` runs them and prints the comparison)."""
+operator profile of one micro-batch (`bench.step` runs them and prints the comparison)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import torch
 import transformers
 
+from bench.common import Clock
 from ragen_lit.agent.prompts import ANSWER_CLOSE
-from ragen_lit.bench.common import Clock
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs

@@ -10,7 +10,7 @@ more), random token ids; `prepare_batch` adds old log-probs, values and GAE adva
 The model is `bench_step.py`'s random-init Qwen2 (`--model`, written once and loaded by every variant). One
 pass over the iteration's mini-batches (`optim.num_minibatches`) is the warm-up (compilation,
 optimizer state); the median of `--repeats` timed passes is reported, with the MFU counted as in
-`bench_step.py` (`ragen_lit.bench.common.update_flops`: under LoRA the frozen weights need no weight
+`bench_step.py` (`bench.common.update_flops`: under LoRA the frozen weights need no weight
 gradient; the "naive 6N" column counts every weight as trained).
 
 A variant is `name:key=value,...`: config keys (`optim.micro_batch_size=16`), plus `sdpa=<backend>` (flash | cudnn
@@ -39,10 +39,10 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.bench.common import CONFIG, PEAK_FLOPS, SMOKE_OVERRIDES, device_name, module_weights, update_flops
-from ragen_lit.bench.machine import utc_now
-from ragen_lit.bench.profiling import format_breakdown, profile_region
-from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
+from bench.common import CONFIG, PEAK_FLOPS, SCRIPTS, SMOKE_OVERRIDES, device_name, module_weights, update_flops
+from bench.machine import utc_now
+from bench.profiling import format_breakdown, profile_region
+from bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import select_rows
 from ragen_lit.training.data import plan_minibatches
@@ -286,8 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             result_file = Path(folder) / "result.json"
             command = [
                 sys.executable,
-                "-m",
-                "ragen_lit.bench.update",
+                str(SCRIPTS / "bench_update.py"),
                 "--run-variant",
                 text,
                 "--model-folder",

@@ -20,7 +20,7 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
 * validation, logging and checkpoints are off (not part of a training step).
 
 Iteration 0 is warm-up; the step time is the mean of the later iterations. Afterwards, on the last
-iteration's rollouts (`ragen_lit.bench.step_baselines`): the old-log-prob / value split of
+iteration's rollouts (`bench.step_baselines`): the old-log-prob / value split of
 `prepare_batch` (re-run with the same calls), the engine alone on the same prompts (the rollout's own
 cache kind, `rollout.hf_cache=auto`: "graph" on a GPU; `--engines` adds others), transformers' `generate`
 on those prompts (DynamicCache; with `--hf-static` also its static cache, which transformers compiles
@@ -32,7 +32,7 @@ update mini-batch run under the profiler (`bench.profiling`: kernels by family a
 device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with the model FLOPs of
-`ragen_lit.bench.common.update_flops` (padding and recomputation not counted; under LoRA only the adapters'
+`bench.common.update_flops` (padding and recomputation not counted; under LoRA only the adapters'
 weight gradients are counted, the frozen weights' forward and activation gradients still are).
 Entry point: `scripts/bench_step.py`.
 """
@@ -51,7 +51,7 @@ import lightning as L
 import torch
 import transformers
 
-from ragen_lit.bench.common import (
+from bench.common import (
     CONFIG,
     PEAK_FLOPS,
     SMOKE_OVERRIDES,
@@ -61,11 +61,11 @@ from ragen_lit.bench.common import (
     progress,
     update_flops,
 )
-from ragen_lit.bench.machine import utc_now
-from ragen_lit.bench.profiling import format_breakdown, start_profiler, stop_profiler
-from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
-from ragen_lit.bench.roofline import decode_workload, model_roofline
-from ragen_lit.bench.step_baselines import (
+from bench.machine import utc_now
+from bench.profiling import format_breakdown, start_profiler, stop_profiler
+from bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
+from bench.roofline import decode_workload, model_roofline
+from bench.step_baselines import (
     engine_generation,
     hf_generate,
     plain_hf_update,
@@ -74,8 +74,8 @@ from ragen_lit.bench.step_baselines import (
     rollout_params,
     turn_prompts,
 )
-from ragen_lit.bench.step_report import format_table
-from ragen_lit.bench.trl_baseline import trl_available, trl_grpo_step
+from bench.step_report import format_table
+from bench.trl_baseline import trl_available, trl_grpo_step
 from ragen_lit.config import load_config
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.training.data import RolloutDataModule

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.bench.common import CONFIG
-from ragen_lit.bench.machine import utc_now
+from bench.common import CONFIG, SCRIPTS
+from bench.machine import utc_now
 
 SHARE_TARGET = 0.10
 MEMORY_RATIO_TARGET = 3.0
@@ -219,8 +219,7 @@ def scorer_memory(case: MemoryCase, threads: int) -> dict:
             out = Path(tmp) / f"{scorer}.pt"
             command = [
                 sys.executable,
-                "-m",
-                "ragen_lit.bench.diagnostics",
+                str(SCRIPTS / "bench_diagnostics.py"),
                 "--measure",
                 scorer,
                 "--measure-out",

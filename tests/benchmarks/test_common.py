@@ -1,4 +1,4 @@
-"""`ragen_lit.bench.common`: the update's FLOP count by hand, full fine-tuning and LoRA, and the parameter counts
+"""`bench.common`: the update's FLOP count by hand, full fine-tuning and LoRA, and the parameter counts
 it reads off a LoRA-wrapped policy and critic."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 import transformers
 
-from ragen_lit.bench.common import Weights, module_weights, update_flops
+from bench.common import Weights, module_weights, update_flops
 from ragen_lit.models import apply_lora
 from ragen_lit.models.critic import Critic
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ragen_lit.bench.scaling import ScalingRow, add_efficiency, format_table, main, scaling_row
+from bench.scaling import ScalingRow, add_efficiency, format_table, main, scaling_row
 
 
 def test_a_row_averages_the_iterations_after_the_first_and_counts_tokens_per_device():

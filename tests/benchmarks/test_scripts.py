@@ -1,4 +1,4 @@
-"""The thin entry points in `scripts/` stay wired to `ragen_lit.bench`: each one's --help runs."""
+"""The thin entry points in `scripts/` stay wired to `bench`: each one's --help runs."""
 
 from __future__ import annotations
 

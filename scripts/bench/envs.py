@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ragen_lit.bench.machine import cpu_name
+from bench.machine import cpu_name
 from ragen_lit.envs import CountdownEnv, FrozenLakeEnv, MathQAEnv, SokobanEnv, TextEnv
 from ragen_lit.envs.countdown import safe_evaluate
 from ragen_lit.envs.sokoban import solve

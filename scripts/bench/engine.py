@@ -5,13 +5,13 @@ The workload mimics turn 1 of a training iteration: groups of 16 rollouts share 
 set of stop tokens ends rows at different steps (as answers do); with `--suffix-tokens` a later turn (each
 row continues its group's prompt with its own ids, as the turns so far do). The model is randomly initialised:
 a Qwen2 of the built-in tiny model's shape by default (CPU-sized), or of a real model's shape with
-`--model qwen2.5-0.5b` or `qwen2.5-3b` (for a GPU; `ragen_lit.bench.random_model.QWEN_SHAPES`), so no weights are
+`--model qwen2.5-0.5b` or `qwen2.5-3b` (for a GPU; `bench.random_model.QWEN_SHAPES`), so no weights are
 loaded. Tokens/s counts sampled tokens over the
 wall time of one `generate` call (prefill included); "prefill s" is the time inside the engine's
 prefill (with the dedup on: the group's prompt once, copied to the group's rows after; later turns: then
 each row's own suffix). On a GPU every
 configuration first runs once untimed (CUDA graph capture). The roofline line is
-`ragen_lit.bench.roofline`'s for the dedup-on call of each row. `--profile` runs the last configuration once
+`bench.roofline`'s for the dedup-on call of each row. `--profile` runs the last configuration once
 more under the profiler and prints its kernels by family and the device's busy fraction (`bench.profiling`).
 `--compile` adds each configuration on a copy of the model under `model.compile` (`models.compile_layers`: its
 decode steps run compiled norms and MLPs), labelled "<cache>, compiled"; `--compile-decode` adds cache=graph with
@@ -30,11 +30,11 @@ import time
 import torch
 import transformers
 
-from ragen_lit.bench.common import device_name
-from ragen_lit.bench.machine import cpu_name, utc_now
-from ragen_lit.bench.profiling import format_breakdown, profile_region
-from ragen_lit.bench.random_model import QWEN_SHAPES
-from ragen_lit.bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
+from bench.common import device_name
+from bench.machine import cpu_name, utc_now
+from bench.profiling import format_breakdown, profile_region
+from bench.random_model import QWEN_SHAPES
+from bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
 from ragen_lit.engines.base import DECODE_ATTENTION_KERNELS, SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.models import compile_layers
