@@ -8,6 +8,7 @@ no circle. Only the Lightning-facing rooms import `lightning`.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
@@ -20,7 +21,7 @@ BOTTOM = {
     "algos",
     "filtering",
     "logprobs",
-    "logprob_kernel",
+    "kernels",
     "envs",
     "parallel.collectives",
     "figures",
@@ -39,12 +40,12 @@ BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
-    "logprobs": {"logprob_kernel"},
-    "models": {"errors", "logprobs"},
-    "engines": {"errors", "models", "logprob_kernel", "parallel.collectives", "shapes"},
+    "logprobs": {"kernels"},
+    "models": {"errors", "logprobs", "kernels"},
+    "engines": {"errors", "models", "kernels", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
-    "metrics": {"errors", "logprobs", "models", "algos", "filtering", "shapes"}
+    "metrics": {"errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
@@ -154,6 +155,17 @@ def test_only_the_lightning_rooms_import_lightning():
         lightning = {m for m in imports_of(path) if m.split(".")[0] in ("lightning", "pytorch_lightning")}
         if lightning and room not in LIGHTNING_ROOMS:
             offenders.append(f"{module_name(path)} imports {sorted(lightning)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_kernels_import_only_torch_and_triton():
+    """`kernels/` is the floor under the model code: PyTorch, Triton and the standard library, nothing else."""
+    offenders = []
+    for path in sorted((PACKAGE / "kernels").rglob("*.py")):
+        for module in imports_of(path):
+            top = module.split(".")[0]
+            if top not in ("torch", "triton", "ragen_lit") and top not in sys.stdlib_module_names:
+                offenders.append(f"{module_name(path)} imports {module}")
     assert not offenders, "\n".join(offenders)
 
 

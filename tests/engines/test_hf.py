@@ -433,7 +433,7 @@ def test_sample_next_tokens_draws_from_the_truncated_renormalised_distribution()
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
 def test_the_gumbel_max_draw_samples_the_softmax_and_reports_its_log_prob(temperature):
     """`full_vocabulary="gumbel"` (V uniforms drawn into a tensor): the same distribution as the inverse-CDF draw.
-    CUDA's default, the same draw with the uniforms made inside Triton kernels, is tested in test_gumbel_kernel.py."""
+    CUDA's default, the same draw with its uniforms made inside Triton kernels: tests/kernels/test_gumbel.py."""
     logits = torch.tensor([0.15, 0.5, 0.1, 0.25]).log().repeat(40000, 1)
     probs = torch.softmax(logits[0] / temperature, -1)
     token_ids, logprobs = sample_next_tokens(

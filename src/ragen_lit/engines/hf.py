@@ -109,7 +109,7 @@ def sample_next_tokens(
 
     `full_vocabulary`: how a draw over the whole vocabulary (no top-k, top-p 1) is made, "inverse_cdf"
     (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32), "gumbel" (`gumbel_max`: V
-    uniforms per row drawn into a tensor) or "philox" (`engines.gumbel_kernel`: the Gumbel-max draw in two Triton
+    uniforms per row drawn into a tensor) or "philox" (`kernels.gumbel`: the Gumbel-max draw in two Triton
     kernels that make their uniforms in registers, from a seed drawn from `generator`; needs a CUDA device or
     Triton's interpreter); None: `default_full_vocabulary_draw`. The same distribution, other draws.
 
@@ -124,7 +124,7 @@ def sample_next_tokens(
             uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
             return gumbel_max(logits, uniform, float(temperature))
         if method == "philox":
-            from ragen_lit.engines.gumbel_kernel import gumbel_sample  # Triton: CUDA machines (or its interpreter)
+            from ragen_lit.kernels.gumbel import gumbel_sample  # Triton: CUDA machines (or its interpreter)
 
             seed = torch.randint(0, 2**62, (1,), generator=generator, device=logits.device)
             return gumbel_sample(logits, float(temperature), seed)
@@ -166,7 +166,7 @@ def default_full_vocabulary_draw(is_cuda: bool) -> str:
 def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A draw from softmax(logits / T) per row by the Gumbel-max trick: argmax(logits / T - log(-log u)) with
     `uniform: [B, V]` i.i.d. in [0, 1); and its log-prob log_softmax(logits / T) at the drawn token (one
-    log-sum-exp). The reference of `engines.gumbel_kernel`, which makes its uniforms inside its kernels (CUDA's
+    log-sum-exp). The reference of `kernels.gumbel`, which makes its uniforms inside its kernels (CUDA's
     default). Returns `token_ids: [B] long`, `logprobs: [B] float32`."""
     scaled = logits.float() / temperature
     token_ids = (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)

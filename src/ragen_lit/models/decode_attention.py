@@ -11,7 +11,7 @@ ways, each the same attention:
 - "matmul": two batched matrix products and a float32 softmax, with the folded rows: under `torch.compile`
   the bias and softmax fuse into one kernel beside the two GEMMs;
 - "split": flash-decoding, the cache split into 128-position pieces attended in parallel and merged by their
-  log partition sums, skipping the blocks the mask hides (`models.split_decode`'s Triton kernels, on CUDA; on
+  log partition sums, skipping the blocks the mask hides (`kernels.split_decode`'s Triton kernels, on CUDA; on
   other devices "matmul"'s attention).
 
 `decode_attention(model, kernel)` switches a model's sdpa attention to one of them for the one-token calls
@@ -81,9 +81,9 @@ def matmul_decode(
 def _split_decode_op(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """`models.split_decode.split_decode` as one opaque operator: a compiled decode step (`rollout.hf_compile_decode`)
+    """`kernels.split_decode.split_decode` as one opaque operator: a compiled decode step (`rollout.hf_compile_decode`)
     calls the Triton kernels instead of tracing into them."""
-    from ragen_lit.models.split_decode import split_decode as triton_split_decode  # Triton: CUDA machines only
+    from ragen_lit.kernels.split_decode import split_decode as triton_split_decode  # Triton: CUDA machines only
 
     return triton_split_decode(query, key, value, bias, scale)
 
@@ -96,7 +96,7 @@ def _(query, key, value, bias, scale):
 def split_decode(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor, scale: float | None = None
 ) -> torch.Tensor:
-    """`flex_decode`'s attention split along the keys (`models.split_decode`) on CUDA; `matmul_decode` elsewhere."""
+    """`flex_decode`'s attention split along the keys (`kernels.split_decode`) on CUDA; `matmul_decode` elsewhere."""
     if not query.is_cuda:
         return matmul_decode(query, key, value, bias, scale)
     scale = query.shape[-1] ** -0.5 if scale is None else scale

@@ -1,4 +1,4 @@
-"""`engines.gumbel_kernel`: the Gumbel-max draw whose Triton kernels make their own uniforms.
+"""`kernels.gumbel`: the Gumbel-max draw whose Triton kernels make their own uniforms.
 
 On a CPU the kernels run in Triton's interpreter (`TRITON_INTERPRET=1`, set before Triton compiles anything, so in a
 subprocess), with small chunks and blocks so that a row spans several programs and a chunk several blocks. The tests
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.models.triton_checks import compile_for_hopper
-from tests.models.triton_checks import interpreted as run_interpreted
+from tests.kernels.triton_checks import compile_for_hopper
+from tests.kernels.triton_checks import interpreted as run_interpreted
 
 from ragen_lit.engines.hf import sample_next_tokens
 
 # run in the subprocess: each case (logits, temperature, seed, chunk_size, block_size) through the interpreted kernels
 _INTERPRET = """
 import sys, torch
-from ragen_lit.engines.gumbel_kernel import gumbel_sample
+from ragen_lit.kernels.gumbel import gumbel_sample
 from ragen_lit.engines.hf import sample_next_tokens
 cases, draws = torch.load(sys.argv[1])
 out = [gumbel_sample(logits, t, torch.tensor([seed]), chunk_size=c, block_size=b) for logits, t, seed, c, b in cases]
@@ -88,7 +88,7 @@ def test_the_default_draw_is_the_kernel_on_cuda_with_triton_and_the_tensor_gumbe
 
 
 def test_bad_temperature_and_unknown_draw_are_refused():
-    from ragen_lit.engines.gumbel_kernel import gumbel_sample
+    from ragen_lit.kernels.gumbel import gumbel_sample
 
     with pytest.raises(ValueError, match="temperature above 0"):
         gumbel_sample(torch.zeros(2, 8), 0.0, torch.tensor([1]))
@@ -117,7 +117,7 @@ def test_on_cuda_the_default_draw_is_the_kernel_and_follows_the_softmax():
 
 def test_the_kernels_compile_for_a_hopper_gpu_without_one():
     """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed)."""
-    from ragen_lit.engines import gumbel_kernel
+    from ragen_lit.kernels import gumbel as gumbel_kernel
 
     pointers = {"logits_ptr": "*bf16", "best_ptr": "*fp32", "index_ptr": "*i32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
     partial = {**pointers, "stride_b": "i32", "seed_ptr": "*i64", "vocab": "i32", "inverse_temperature": "fp32",
@@ -132,7 +132,7 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_one():
 def test_every_buffer_the_kernels_take_is_16_byte_aligned_for_odd_batches(monkeypatch):
     """Triton specialises a pointer argument on its 16-byte alignment: buffers at unaligned offsets (thirds of one
     allocation, for an odd batch) would compile the kernels again the first time such a batch comes."""
-    from ragen_lit.engines import gumbel_kernel
+    from ragen_lit.kernels import gumbel as gumbel_kernel
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""`logprob_kernel`: log_softmax at one target per row, the logits read once by two Triton kernels.
+"""`kernels.logprob`: log_softmax at one target per row, the logits read once by two Triton kernels.
 
 On a CPU the kernels run in Triton's interpreter (in a subprocess: `TRITON_INTERPRET=1` must be set before Triton
 compiles anything), with small chunks so that a row spans several programs, and are compiled for sm90 without a GPU.
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.models.triton_checks import compile_for_hopper, interpreted
+from tests.kernels.triton_checks import compile_for_hopper, interpreted
 
-from ragen_lit.logprobs import token_logprobs, triton_runs_on
+from ragen_lit.kernels import triton_runs_on
+from ragen_lit.logprobs import token_logprobs
 
 # run in the subprocess: each case (logits, targets, temperature, chunk_size) through the interpreted kernels
 _INTERPRET = """
 import sys, torch
-from ragen_lit.logprob_kernel import target_logprobs
+from ragen_lit.kernels.logprob import target_logprobs
 cases = torch.load(sys.argv[1])
 torch.save([target_logprobs(logits, targets, t, chunk_size=c) for logits, targets, t, c in cases], sys.argv[2])
 """
@@ -49,7 +50,7 @@ def test_interpreted_kernels_give_the_log_softmax_at_the_targets(tmp_path):
 
 
 def test_bad_arguments_are_refused():
-    from ragen_lit.logprob_kernel import target_logprobs
+    from ragen_lit.kernels.logprob import target_logprobs
 
     with pytest.raises(ValueError, match="temperature above 0"):
         target_logprobs(torch.zeros(2, 4), torch.zeros(2, dtype=torch.long), 0.0)
@@ -59,7 +60,7 @@ def test_bad_arguments_are_refused():
 
 def test_the_kernels_compile_for_a_hopper_gpu_without_one():
     """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed)."""
-    from ragen_lit import logprob_kernel as kernel
+    from ragen_lit.kernels import logprob as kernel
 
     partial = {"logits_ptr": "*bf16", "stride_m": "i32", "max_ptr": "*fp32", "sum_ptr": "*fp32", "vocab": "i32",
                "scale": "fp32", "chunks": "i32"}  # fmt: skip
@@ -106,7 +107,7 @@ class _Launches:
 def test_every_buffer_the_kernels_take_is_16_byte_aligned_for_odd_row_counts(monkeypatch):
     """Triton specialises a pointer argument on its 16-byte alignment: a buffer at an unaligned offset (the second half
     of one allocation, for an odd number of rows) compiled the kernels again mid-run (~0.1 s on an H200)."""
-    from ragen_lit import logprob_kernel
+    from ragen_lit.kernels import logprob as logprob_kernel
 
     for name in ("_partial_log_partition", "_target_logprob"):
         monkeypatch.setattr(logprob_kernel, name, _Launches())

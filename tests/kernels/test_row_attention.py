@@ -1,4 +1,4 @@
-"""`models.row_attention_kernel`: the scorer's packed rows over their prompt's prefix and their own earlier tokens, in
+"""`kernels.row_attention`: the scorer's packed rows over their prompt's prefix and their own earlier tokens, in
 one Triton kernel.
 
 On a CPU the kernel runs in Triton's interpreter (in a subprocess: `TRITON_INTERPRET=1` must be set before Triton
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.models.triton_checks import compile_for_hopper, interpreted
+from tests.kernels.triton_checks import compile_for_hopper, interpreted
 
-from ragen_lit.models.prefix_attention import merge_attention, varlen_attention
+from ragen_lit.kernels.varlen_attention import merge_attention, varlen_attention
 
 # run in the subprocess: each case through the interpreted kernel
 _INTERPRET = """
 import sys, torch
-from ragen_lit.models.row_attention_kernel import rows_over_prefix
+from ragen_lit.kernels.row_attention import rows_over_prefix
 cases = torch.load(sys.argv[1])
 torch.save([rows_over_prefix(*case, block_q=16, block_k=16) for case in cases], sys.argv[2])
 """
@@ -88,7 +88,7 @@ def test_interpreted_kernel_attends_over_the_prefix_and_the_own_row(tmp_path):
 
 def test_the_kernel_compiles_for_a_hopper_gpu_without_one():
     """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed), at the scorer's tiles."""
-    from ragen_lit.models import row_attention_kernel as kernel
+    from ragen_lit.kernels import row_attention as kernel
 
     pointers = dict.fromkeys(("q_ptr", "k_ptr", "v_ptr", "pk_ptr", "pv_ptr", "out_ptr"), "*bf16")
     offsets = dict.fromkeys(("cu_q_ptr", "cu_p_ptr", "starts_ptr"), "*i32")
@@ -102,7 +102,7 @@ def test_the_kernel_compiles_for_a_hopper_gpu_without_one():
 
 
 def test_the_kernel_takes_cuda_half_precision_and_power_of_two_heads_only():
-    from ragen_lit.models.row_attention_kernel import runs_on
+    from ragen_lit.kernels.row_attention import runs_on
 
     assert not runs_on(torch.zeros(2, 4, 64, dtype=torch.bfloat16))  # a CPU
     meta = torch.zeros(2, 4, 64, dtype=torch.bfloat16, device="meta")
@@ -112,7 +112,7 @@ def test_the_kernel_takes_cuda_half_precision_and_power_of_two_heads_only():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_the_kernel_scores_what_flash_attention_and_the_merge_do_in_bf16():
-    from ragen_lit.models.row_attention_kernel import rows_over_prefix, runs_on
+    from ragen_lit.kernels.row_attention import rows_over_prefix, runs_on
 
     rows = [[1, 7, 64, 65], [130, 101], [], [3]]
     case = _case([300, 129, 64, 0], rows, heads=14, kv_heads=2, dim=64, seed=3, dtype=torch.bfloat16)

@@ -1,4 +1,4 @@
-"""`models.split_decode`: the flash-decoding Triton kernels equal sdpa over repeated keys and values, and never read
+"""`kernels.split_decode`: the flash-decoding Triton kernels equal sdpa over repeated keys and values, and never read
 the keys and values of a block the mask hides.
 
 On a CPU the kernels run in Triton's interpreter (`TRITON_INTERPRET=1`, set before Triton compiles anything, so in a
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.models.triton_checks import compile_for_hopper
-from tests.models.triton_checks import interpreted as run_interpreted
+from tests.kernels.triton_checks import compile_for_hopper
+from tests.kernels.triton_checks import interpreted as run_interpreted
 
-# the kernels' split and block sizes (`models.split_decode.SPLIT`, `BLOCK`, checked below): that module imports
+# the kernels' split and block sizes (`kernels.split_decode.SPLIT`, `BLOCK`, checked below): that module imports
 # Triton, which only the main test environment installs, and every environment collects this file
 SPLIT, BLOCK = 128, 64
 MIN = torch.finfo(torch.float32).min
@@ -20,7 +20,7 @@ MIN = torch.finfo(torch.float32).min
 # run in the subprocess: the inputs saved by the test, each case through the interpreted kernels
 _INTERPRET = """
 import sys, torch
-from ragen_lit.models.split_decode import split_decode
+from ragen_lit.kernels.split_decode import split_decode
 cases = torch.load(sys.argv[1])
 torch.save([split_decode(*case) for case in cases], sys.argv[2])
 """
@@ -76,7 +76,7 @@ def test_interpreted_kernels_equal_sdpa_over_repeated_keys(tmp_path, batch, head
 def test_the_kernels_compile_for_a_hopper_gpu_without_one():
     """Triton's compiler, not its interpreter, down to a cubin for sm90 (no GPU needed), at the bench's shape (7
     query heads per key/value head of 64) in bf16."""
-    from ragen_lit.models import split_decode
+    from ragen_lit.kernels import split_decode
 
     partial = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr", "bias_ptr")}
     partial |= {"out_ptr": "*fp32", "lse_ptr": "*fp32"}
@@ -94,7 +94,7 @@ def test_the_kernels_compile_for_a_hopper_gpu_without_one():
 
 
 def test_the_cases_cover_the_kernels_blocks_and_splits():
-    from ragen_lit.models import split_decode
+    from ragen_lit.kernels import split_decode
 
     assert (split_decode.SPLIT, split_decode.BLOCK) == (SPLIT, BLOCK)
 
@@ -128,7 +128,7 @@ def test_masked_blocks_are_never_read_and_masked_positions_get_no_weight(tmp_pat
 def test_compiled_kernels_on_cuda_equal_sdpa_over_repeated_keys(dtype):
     for shape in [(128, 14, 2, 2048), (3, 6, 2, SPLIT + 100), (8, 16, 8, 512)]:
         inputs = tuple(t.cuda() if isinstance(t, torch.Tensor) else t for t in case(*shape, dtype=dtype))
-        from ragen_lit.models.split_decode import split_decode
+        from ragen_lit.kernels.split_decode import split_decode
 
         tolerance = {"atol": 2e-2, "rtol": 2e-2} if dtype != torch.float32 else {"atol": 2e-3, "rtol": 2e-3}
         torch.testing.assert_close(split_decode(*inputs), repeated(*inputs), **tolerance)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ragen_lit.logprob_kernel import merged_log_partition
+from ragen_lit.kernels.logprob import merged_log_partition
 
 # Logits per program of the first kernel, and per block of its loop (four quarters, one Philox call per four
 # logits): the fastest of chunks 2k-16k and blocks 512-2048 on an H200 at 128 x 151,936 bf16 logits
