@@ -36,9 +36,9 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
+from ragen_lit.kernels.varlen_attention import UnsupportedAttention
 from ragen_lit.logprobs import HostMasks, cache_keyword, on_device, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
-from ragen_lit.kernels.varlen_attention import UnsupportedAttention
 from ragen_lit.models.prefix_attention import SCORER_ATTENTION, RowSegments, packed_rows
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 from ragen_lit.shapes import round_up
