@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 # The floors, bottom up. `parallel.collectives`, `.lockstep` and `.fsdp` are torch.distributed only, so the
 # floors below the Lightning strategies may use them.
 BOTTOM = {
+    "choices",
     "errors",
     "typed_fields",
     "algos",
@@ -40,14 +41,16 @@ BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
+    "algos": {"choices"},
+    "filtering": {"choices"},
     "logprobs": {"kernels"},
-    "models": {"errors", "logprobs", "kernels"},
-    "engines": {"errors", "models", "kernels", "parallel.collectives", "shapes"},
+    "models": {"choices", "errors", "logprobs", "kernels"},
+    "engines": {"choices", "errors", "models", "kernels", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
-    "metrics": {"errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
+    "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
+    "config": {"choices", "errors", "typed_fields", "envs"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},

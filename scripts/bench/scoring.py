@@ -34,11 +34,11 @@ from bench.engine import random_model
 from bench.machine import utc_now
 from bench.profiling import format_breakdown, profile_region
 from bench.random_model import QWEN_SHAPES
+from ragen_lit.choices import SCORER_ATTENTION
 from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.collapse import tokens_per_forward
 from ragen_lit.metrics.cross_scoring import cross_score
 from ragen_lit.models import compile_layers
-from ragen_lit.models.prefix_attention import SCORER_ATTENTION
 
 
 def workload(args, vocab_size: int, draw: int = 0) -> tuple[list[list[int]], list[list[int]]]:

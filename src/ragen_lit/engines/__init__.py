@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from ragen_lit.engines.base import (
-    DECODE_ATTENTION_KERNELS,
-    ENGINES,
-    HF_CACHE_MODES,
-    Engine,
-    Generation,
-    SamplingParams,
-)
+from ragen_lit.choices import DECODE_ATTENTION_KERNELS, ENGINES, HF_CACHE_MODES
+from ragen_lit.engines.base import Engine, Generation, SamplingParams
 
 __all__ = [
     "DECODE_ATTENTION_KERNELS",

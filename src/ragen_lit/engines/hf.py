@@ -37,7 +37,8 @@ import torch
 from torch.profiler import record_function
 from transformers import Cache, DynamicCache, StaticCache
 
-from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
+from ragen_lit.choices import HF_CACHE_MODES
+from ragen_lit.engines.base import Generation, SamplingParams, validate_request
 from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, DecodeSlot, unsupported_reason
 from ragen_lit.models import forward_cache_keyword
 from ragen_lit.models.gqa_attention import folded_gqa

@@ -36,10 +36,11 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
+from ragen_lit.choices import SCORER_ATTENTION
 from ragen_lit.kernels.varlen_attention import UnsupportedAttention
 from ragen_lit.logprobs import HostMasks, cache_keyword, on_device, token_logprobs
 from ragen_lit.models.gqa_attention import folded_gqa
-from ragen_lit.models.prefix_attention import SCORER_ATTENTION, RowSegments, packed_rows
+from ragen_lit.models.prefix_attention import RowSegments, packed_rows
 from ragen_lit.parallel.collectives import gather_lists, is_distributed
 from ragen_lit.shapes import round_up
 
@@ -82,7 +83,7 @@ def cross_score(
         pad_widths: round the forwards' widths up (prefixes to multiples of 64, rows to multiples of 16;
             masked, same scores), so that a run's calls repeat their shapes and kernels that plan per shape
             (cuDNN attention) reuse their plans. None: on a GPU only.
-        attention: `diagnostics.attention`, one of `models.prefix_attention.SCORER_ATTENTION`: "varlen" packs the
+        attention: `diagnostics.attention`, one of `choices.SCORER_ATTENTION`: "varlen" packs the
             rows (no padding, no gathered prefixes; `max_tokens_per_forward` then bounds a forward's real row
             tokens, and `pad_widths` does not apply), falling back to "efficient" for models whose attention
             cannot run packed (sliding windows, soft-capping, …); the others name the sdpa kernels of the masked

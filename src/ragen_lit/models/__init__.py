@@ -2,7 +2,6 @@
 
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
-    ATTENTION_IMPLEMENTATIONS,
     DTYPES,
     TRANSFORMERS_RANGE,
     compile_layers,
@@ -18,7 +17,6 @@ from ragen_lit.models.loaders import (
 from ragen_lit.models.lora import apply_lora, linear_layer_names
 
 __all__ = [
-    "ATTENTION_IMPLEMENTATIONS",
     "DTYPES",
     "TRANSFORMERS_RANGE",
     "Critic",

@@ -24,6 +24,7 @@ NAME = "ragen_folded_gqa"
 # The sdpa kernels a masked attention may use (None: PyTorch's choice): "auto" is cuDNN's on Hopper, which builds
 # an execution plan on the host for every new shape (tens of ms each); "efficient" is the memory-efficient kernel,
 # which builds none (the math kernel where it is missing, e.g. on a CPU)
+# (the names are `choices.MASKED_ATTENTION_KERNELS`)
 MASKED_ATTENTION = {"auto": None, "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]}
 
 

@@ -16,6 +16,7 @@ import types
 import torch
 from torch import nn
 
+from ragen_lit.choices import DTYPE_NAMES
 from ragen_lit.errors import ConfigError
 from ragen_lit.logprobs import cache_keyword
 
@@ -29,9 +30,7 @@ TRANSFORMERS_RANGE = ("5.4", "5.30")  # (lowest, first excluded), as major.minor
 
 # The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
 # (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-# transformers attention implementations a model may load with (`model.attention`); auto: transformers' choice
-ATTENTION_IMPLEMENTATIONS = ("auto", "sdpa", "flex_attention", "eager")
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def resolve_dtype(name: str, accelerator: str = "auto") -> torch.dtype:

@@ -28,11 +28,8 @@ from transformers import AttentionInterface
 
 from ragen_lit.kernels import triton_runs_on
 from ragen_lit.kernels.varlen_attention import UnsupportedAttention, compiled_merge, merge_attention, varlen_attention
-from ragen_lit.models.gqa_attention import MASKED_ATTENTION
 
 NAME = "ragen_prefix_rows"
-# `diagnostics.attention`: "varlen" is this module's attention; the others are masked sdpa over gathered prefixes
-SCORER_ATTENTION = ("varlen", *MASKED_ATTENTION)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,11 @@
-"""Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo|gigpo` sets the `AlgoConfig` section in one word;
-single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
+"""The names config fields accept, one tuple per concept, and the algorithm presets: torch-free, one source each.
+
+`config` validates against these, so loading a config imports no torch, transformers or Lightning; the rooms that
+implement each name (`algos`, `filtering`, `engines`, `models`, the cross-scorer) import the same tuple from here
+and check their own arguments against it.
+
+Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo|gigpo` sets the `AlgoConfig` section in one word; single
+fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 
 | preset | advantage | whitened | loss aggregation        | critic | dynamic sampling | overlong shaping |
 |--------|-----------|----------|-------------------------|--------|------------------|------------------|
@@ -37,8 +43,13 @@ player and boxes); an env without one refuses `gigpo` at config time.
 
 from __future__ import annotations
 
+# -- algorithms (`algos`) ------------------------------------------------------------------------------
 ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo", "gigpo")
 _CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
+KEEP_RATE_SCALINGS = ("none", "linear", "sqrt")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LR_DECAYS = ("constant", "linear", "cosine")
 
 # Each preset lists only where it differs from the `AlgoConfig` defaults, which are PPO's: the config
 # resolves `algo=<name>` to defaults + these fields (+ any `algo.x=y` overrides).
@@ -61,3 +72,26 @@ def uses_critic(advantage: str) -> bool:
     if advantage not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"algo.advantage must be one of {ADVANTAGE_ESTIMATORS}, got {advantage!r}")
     return advantage in _CRITIC_ESTIMATORS
+
+
+# -- the reward-variance filter (`filtering`) --------------------------------------------------------------
+STRATEGIES = ("none", "top_p", "top_p_softmax", "top_k", "min_p", "nonzero", "quartile")
+SCORES = ("var", "std")
+
+# -- rollout engines (`engines`) ---------------------------------------------------------------------------
+ENGINES = ("hf", "vllm")
+# the transformers engine's decode loops
+HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
+# the attention kernels cache="graph" can capture its decode steps on: sdpa's (auto: PyTorch's choice) or
+# `models.decode_attention`'s
+DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul", "split")
+
+# -- models (`models`) -------------------------------------------------------------------------------------
+# floating dtypes by their torch names (`models.DTYPES` maps them to torch dtypes)
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
+ATTENTION_IMPLEMENTATIONS = ("auto", "sdpa", "flex_attention", "eager")
+# the sdpa kernels a masked attention may use (`models.gqa_attention.MASKED_ATTENTION`)
+MASKED_ATTENTION_KERNELS = ("auto", "efficient")
+# the cross-scorer's attention (`diagnostics.attention`): "varlen" packs rows over shared prefixes
+# (`models.prefix_attention`); the others are masked sdpa over gathered prefixes
+SCORER_ATTENTION = ("varlen", *MASKED_ATTENTION_KERNELS)

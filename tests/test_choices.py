@@ -1,8 +1,13 @@
+"""`choices`: the algorithm presets resolve to their sections, `uses_critic`, and the module stays free of torch."""
+
 import dataclasses
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from ragen_lit.algos import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
+from ragen_lit.choices import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
 from ragen_lit.config import AlgoConfig, load_config
 
 # Every preset's resolved `algo` section as it was when the presets still restated every field; the
@@ -94,3 +99,15 @@ def test_the_references_dapo_is_ppo_field_for_field():
         None, ["algo=dapo", "algo.advantage=gae", "algo.dynamic_sampling=false", "algo.overlong_cache_fraction=0"]
     ).algo
     assert {**dataclasses.asdict(reference), "name": "ppo"} == dataclasses.asdict(load_config(None, ["algo=ppo"]).algo)
+
+
+def test_loading_a_config_imports_no_torch_transformers_or_lightning():
+    """The config names its choices from `choices`; a tool that only reads or checks a config stays light."""
+    script = (
+        "import sys, ragen_lit.config as c; c.load_config('conf/frozenlake.yaml', ['algo=ppo']); "
+        "print(sorted(m for m in ('torch', 'transformers', 'lightning') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
