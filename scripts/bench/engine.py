@@ -35,7 +35,8 @@ from bench.machine import cpu_name, utc_now
 from bench.profiling import format_breakdown, profile_region
 from bench.random_model import QWEN_SHAPES
 from bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
-from ragen_lit.engines.base import DECODE_ATTENTION_KERNELS, SamplingParams
+from ragen_lit.choices import DECODE_ATTENTION_KERNELS
+from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.models import compile_layers
 
