@@ -261,3 +261,12 @@ def test_a_saved_config_with_a_retired_key_still_loads(tmp_path, caplog):
     cfg = load_config(saved)
     assert cfg.optim.micro_batch_size == 4
     assert "model.sdpa_cudnn is ignored" in caplog.text
+
+
+def test_an_override_of_a_retired_key_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["rollout.hf_decode_attention=split"])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("rollout.hf_decode_attention='split': this setting was removed")
+    assert "rollout.exact" in message

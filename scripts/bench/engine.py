@@ -15,8 +15,9 @@ configuration first runs once untimed (CUDA graph capture). The roofline line is
 more under the profiler and prints its kernels by family and the device's busy fraction (`bench.profiling`).
 `--compile` adds each configuration on a copy of the model under `model.compile` (`models.compile_layers`: its
 decode steps run compiled norms and MLPs), labelled "<cache>, compiled"; `--compile-decode` adds cache=graph with
-each decode step the whole forward through `torch.compile` (`rollout.hf_compile_decode`), labelled "<cache>,
-compiled decode"; `--decode-attention` adds a row per sdpa kernel the decode graphs capture.
+each decode step the whole forward through `torch.compile` (`HFEngine(compile_decode=True)`), labelled "<cache>,
+compiled decode"; `--split-attention` adds each cache=graph row with flash-decoding's kernels
+(`HFEngine(split_attention=True)`, CUDA).
 Entry point: `scripts/bench_engine.py`.
 """
 
@@ -35,7 +36,6 @@ from bench.machine import cpu_name, utc_now
 from bench.profiling import format_breakdown, profile_region
 from bench.random_model import QWEN_SHAPES
 from bench.roofline import decode_workload, format_achieved, format_roofline, model_roofline
-from ragen_lit.choices import DECODE_ATTENTION_KERNELS
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.models import compile_layers
@@ -139,11 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         help="default: graph on a GPU, else dynamic static",
     )
     parser.add_argument(
-        "--decode-attention",
-        nargs="+",
-        choices=DECODE_ATTENTION_KERNELS,
-        default=["auto"],
-        help="cache=graph: the sdpa kernel(s) its captured decode steps run, each timed (auto: PyTorch's choice)",
+        "--split-attention",
+        action="store_true",
+        help="also time each cache=graph row with flash-decoding's kernels (CUDA; elsewhere they keep sdpa)",
     )
     parser.add_argument(
         "--compile",
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         "--compile-decode",
         action="store_true",
         help="also time cache=graph with each decode step the whole forward through torch.compile "
-        "(rollout.hf_compile_decode), on the --compile copy if there is one",
+        "(the fast path's compiled step), on the --compile copy if there is one",
     )
     parser.add_argument(
         "--profile", action="store_true", help="kernel breakdown of one more call (the last row's settings, dedup on)"
@@ -191,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         for b in args.batches
         for c in caches
         for m in models
-        for a in (args.decode_attention if c == "graph" else ["auto"])
+        for a in ((False, True) if c == "graph" and args.split_attention else (False,))
     ]
 
-    def make_engine(suffix: str, cache: str, attention: str, dedup: bool = True) -> HFEngine:
+    def make_engine(suffix: str, cache: str, split: bool, dedup: bool = True) -> HFEngine:
         return HFEngine(
             models[suffix],
             pad_token_id=0,
@@ -202,16 +200,16 @@ def main(argv: list[str] | None = None) -> int:
             dedup_prompts=dedup,
             share_prefixes=dedup,
             device=device,
-            decode_attention=attention,
+            split_attention=split,
             compile_decode=suffix.endswith("compiled decode"),
         )
 
-    for batch, cache, suffix, attention in runs:
+    for batch, cache, suffix, split in runs:
         prompts = group_prompts(batch, args.prompt_tokens, vocab_size, args.suffix_tokens)
-        label = cache + suffix + ("" if attention == "auto" else f", {attention} attention")
+        label = cache + suffix + (", split attention" if split else "")
         timings = []
         for dedup in (True, False):
-            engine = make_engine(suffix, cache, attention, dedup)
+            engine = make_engine(suffix, cache, split, dedup)
             if device.type == "cuda":
                 Timing(engine, prompts, params, device)
             timings.append(Timing(engine, prompts, params, device))
@@ -237,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
     print("\n".join(["", *rooflines]))
     if args.profile:
-        engine = make_engine(suffix, cache, attention)
+        engine = make_engine(suffix, cache, split)
         profile = profile_region(lambda: engine.generate(prompts, params), device, args.top)
         label = f"batch {args.batches[-1]}, cache={label}, one generate call"
         label += f" ({args.max_new_tokens} steps at most)"

@@ -26,7 +26,7 @@ cache kind, `rollout.hf_cache=auto`: "graph" on a GPU; `--engines` adds others),
 on those prompts (DynamicCache; with `--hf-static` also its static cache, which transformers compiles
 with CUDA graphs on a GPU), a plain HF update (policy `model(input_ids, labels=...)` cross-entropy
 instead of the PPO loss, eager layers) on the same mini-batches, and optionally an operator profile.
-`--set key=value ...` changes the config (e.g. `model.compile=true`). `--profile-phases` runs one more iteration
+`--set key=value ...` changes the config (e.g. `rollout.exact=true`). `--profile-phases` runs one more iteration
 whose generation, diagnostics (when that iteration is a diagnostics one: an even count of --iterations) and first
 update mini-batch run under the profiler (`bench.profiling`: kernels by family and the
 device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
@@ -78,6 +78,7 @@ from bench.step_report import format_table
 from bench.trl_baseline import trl_available, trl_grpo_step
 from ragen_lit.config import load_config
 from ragen_lit.engines.hf import HFEngine
+from ragen_lit.training.batch import micro_batch_rows
 from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule
 
@@ -325,7 +326,9 @@ def _run(args, save, folder: str) -> dict:
             "algo": cfg.algo.name,
             "advantage": cfg.algo.advantage,
             "num_minibatches": cfg.optim.num_minibatches,
-            "micro_batch_size": cfg.optim.micro_batch_size,
+            "micro_batch_size": micro_batch_rows(cfg.optim.micro_batch_size, device),
+            "compile": module.compiled,
+            "exact": cfg.rollout.exact,
             "old_logprobs_in_update": module.old_logprobs_in_update,
             "diagnostics_every_n_iterations": every,
             "diagnostics_num_samples": cfg.diagnostics.num_samples,
@@ -404,7 +407,7 @@ def _run(args, save, folder: str) -> dict:
         b["plain_update_mfu"] = flops / b["plain_update_s"] / peak_flops
         progress(f"plain HF update: {b['plain_update_s']:.3f} s")
     except torch.OutOfMemoryError:  # it materialises full-vocabulary logits for every position
-        b["plain_update_oom"] = f"out of memory at micro-batch {cfg.optim.micro_batch_size}"
+        b["plain_update_oom"] = f"out of memory at micro-batch {micro_batch_rows(cfg.optim.micro_batch_size, device)}"
         progress(f"plain HF update: {b['plain_update_oom']}")
         module.policy.zero_grad(set_to_none=True)
         if module.critic is not None:
@@ -499,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=[],
         metavar="KEY=VALUE",
-        help="config overrides on top of the bench's own (e.g. model.compile=true optim.micro_batch_size=16)",
+        help="config overrides on top of the bench's own (e.g. rollout.exact=true model.compile=false)",
     )
     parser.add_argument(
         "--profile", action="store_true", help="also print an operator profile of one micro-batch of update work"

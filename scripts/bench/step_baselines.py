@@ -17,6 +17,7 @@ from ragen_lit.engines.hf import HFEngine, left_pad
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.training.batch import (
     collate,
+    micro_batch_rows,
     micro_batches,  # the update's own slicing, rows and all
 )
 from ragen_lit.training.module import AgentRLModule
@@ -121,7 +122,8 @@ def prepare_split(module: AgentRLModule, trajectories, clock: Clock) -> dict[str
     batch = collate(trajectories, module.pad_token_id)
     batch = {k: v.to(module.device) for k, v in batch.items()}
     cfg = module.cfg
-    size, temperature, compiled = cfg.optim.micro_batch_size, cfg.rollout.temperature, cfg.model.compile
+    size = micro_batch_rows(cfg.optim.micro_batch_size, module.device)
+    temperature, compiled = cfg.rollout.temperature, module.compiled
     module.policy.eval()
     passes = {
         "old_logprobs": lambda m: token_logprobs(
@@ -205,7 +207,7 @@ def profile_micro_batch(module: AgentRLModule, minibatch, device: torch.device, 
             micro["attention_mask"],
             with_entropy=True,
             score_mask=micro["loss_mask"],
-            compile_head=module.cfg.model.compile,
+            compile_head=module.compiled,
         )
         (lp.logprobs.sum() + lp.entropy.sum()).backward()
         if module.critic is not None:

@@ -44,7 +44,7 @@ from bench.machine import utc_now
 from bench.profiling import format_breakdown, profile_region
 from bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 from ragen_lit.config import load_config
-from ragen_lit.training.batch import select_rows
+from ragen_lit.training.batch import micro_batch_rows, select_rows
 from ragen_lit.training.data import plan_minibatches
 from ragen_lit.training.module import AgentRLModule, attach_fabric
 
@@ -186,8 +186,8 @@ def run_variant(args) -> dict:
         "variant": name,
         "overrides": overrides,
         "sdpa": sdpa or "default",
-        "micro_batch_size": cfg.optim.micro_batch_size,
-        "compile": cfg.model.compile,
+        "micro_batch_size": micro_batch_rows(cfg.optim.micro_batch_size, device),
+        "compile": module.compiled,
         "trainable_params": policy.trainable + (critic.trainable if critic else 0),
         "critic": critic is not None,
         "warmup_s": warmup_s,

@@ -82,9 +82,6 @@ SCORES = ("var", "std")
 ENGINES = ("hf", "vllm")
 # the transformers engine's decode loops
 HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
-# the attention kernels cache="graph" can capture its decode steps on: sdpa's (auto: PyTorch's choice) or
-# `models.decode_attention`'s
-DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul", "split")
 
 # -- models (`models`) -------------------------------------------------------------------------------------
 # floating dtypes by their torch names (`models.DTYPES` maps them to torch dtypes)

@@ -20,7 +20,6 @@ from typing import Any
 from ragen_lit.choices import (
     ADVANTAGE_ESTIMATORS,
     ATTENTION_IMPLEMENTATIONS,
-    DECODE_ATTENTION_KERNELS,
     DTYPE_NAMES,
     ENGINES,
     HF_CACHE_MODES,
@@ -54,10 +53,20 @@ MIN_CONTEXT_TOKENS = 256
 
 # old dotted key -> its new name; the old one is still accepted, with one warning
 RENAMED_KEYS = {"diagnostics.every_n_steps": "diagnostics.every_n_iterations"}
-# dotted key of a removed setting -> why; a config that still has it (a run saved before) loads, with one warning
+_ON_THE_FAST_PATH = (
+    "the graph cache's fast path does it (rollout.exact=false, the default; rollout.exact=true keeps the exact path)"
+)
+# dotted key of a removed setting -> why; a config that still has it (a run saved before) loads, with one warning, and
+# an override that sets it is refused
 RETIRED_KEYS = {
     "model.sdpa_cudnn": "it did not keep a compiled update off cuDNN's kernels and gained nothing on an H200 "
     "(docs/PERFORMANCE.md); optim.pad_to_multiple does what it was for",
+    "rollout.hf_pad_prefill": "padding prefills to multiples of 64 positions gained nothing on an H200 "
+    "(docs/PERFORMANCE.md)",
+    **{
+        f"rollout.hf_{name}": _ON_THE_FAST_PATH
+        for name in ("share_prefixes", "reuse_turns", "decode_attention", "compile_decode", "fuse_projections")
+    },
 }
 
 
@@ -87,9 +96,10 @@ class ModelConfig:
     """backbone for the critic; default = same as the policy"""
     gradient_checkpointing: bool = False
     """recompute activations in backward (saves memory, costs ~30% time)"""
-    compile: bool = False
-    """torch.compile the decoder layers and the chunked head for log-probs and the update (GPU: fused element-wise
-    work; the first iterations pay the compile time)"""
+    compile: bool | None = None
+    """torch.compile the decoder layers and the chunked head for log-probs and the update (fused element-wise work;
+    the first iterations pay the compile time). null = auto: on where a GPU is used, off on a CPU (where it gains
+    little for its compile time)"""
     attention: str = checked("auto", choices=ATTENTION_IMPLEMENTATIONS)
     """attention kernels of policy, reference and critic: auto (transformers' choice, sdpa for most models) | sdpa |
     flex_attention (FlexAttention block masks: what optim.padding_free needs on a GPU; a CPU cannot backpropagate
@@ -140,41 +150,15 @@ class RolloutConfig:
     hf_cache: str = checked("auto", choices=HF_CACHE_MODES)
     """hf only: decode loop: auto (graph on GPU, dynamic on CPU) | dynamic | static | graph (fixed shapes, CUDA graphs
     on GPU)"""
-    hf_share_prefixes: bool = False
-    """hf only: prefill the first prompt a group's later-turn prompts share once (fewer positions; logits equal up to
-    rounding, so sampled tokens may differ from the default path, hence off by default; on an H200 with the graph
-    cache later-turn decoding ran 1.40x faster, with the dynamic cache no faster: docs/PERFORMANCE.md)"""
-    hf_reuse_turns: bool = False
-    """hf only, graph cache: keep each episode's KV cache between the turns of a rollout, so that a turn prefills only
-    its new tokens (the last sampled token, the turn's close and the next message) instead of the whole conversation
-    (logits equal up to rounding, hence off by default, as hf_share_prefixes). On an H200's multi-turn bench,
-    generation took 2.28-2.55 s against 3.21 s without it (docs/PERFORMANCE.md session 16)"""
-    hf_pad_prefill: str = checked("auto", choices=("auto", "on", "off"))
-    """hf only: left-pad each prefill forward to a multiple of 64 positions (masked; same logits up to rounding) so
-    that a run's prefills repeat their shapes and cuDNN attention reuses its per-shape plans: auto (on a GPU) | on |
-    off. On an H200's single-turn shape it gained nothing measurable (docs/PERFORMANCE.md)"""
-    hf_decode_attention: str = checked("auto", choices=DECODE_ATTENTION_KERNELS)
-    """hf only, graph cache: the attention kernel of its decode steps: sdpa's auto (PyTorch's choice, cuDNN on Hopper)
-    | cudnn | efficient | math, or flex (FlexAttention's decoding kernel) | matmul (two GEMMs and a softmax) | split
-    (flash-decoding: Triton kernels that split the cache and skip its masked blocks; CUDA only, else matmul). On an
-    H200's multi-turn bench with kept turns, generation took 2.04-2.22 s with split against 2.25-2.26 s with auto
-    (its kernel 618 against 1068 us per step's 24 layers at a 1280-position cache); auto beat efficient, math and flex
-    (docs/PERFORMANCE.md sessions 14 and 17). Same attention up to rounding; auto stays the default, as the other
-    options that change samples within rounding are off"""
-    hf_compile_decode: bool = False
-    """hf only, graph cache: each one-token decode step is the whole forward through torch.compile (fuses the ~30
-    small kernels a layer launches per step; same samples), captured in the CUDA graph like the eager step. The first
-    steps of each new slot shape pay the compilation. On an H200's multi-turn bench with kept turns, split decoding
-    and fused projections it took generation from 1.84 to 1.64-1.67 s (38-39k sampled tokens/s) and the step to
-    5.77 s, after ~40 s more compilation in the first iteration; with cuDNN's decode attention it gained nothing
-    (docs/PERFORMANCE.md sessions 14 and 17)"""
-    hf_fuse_projections: bool = False
-    """hf only, graph cache: decode steps run each layer's q, k and v projections as one matrix product and its MLP's
-    gate and up projections as one, from concatenated copies of those weights (~0.5 GB more for a 0.5B model in
-    bfloat16, rewritten before every generation; LoRA-wrapped layers keep their own). Same products up to summation
-    order, hence off by default. On an H200 the 24 layers' products of a decode step at batch 128 took 648 against
-    933 us, and the multi-turn bench's generation (kept turns, split decoding) 1.83-1.87 against 2.00 s
-    (docs/PERFORMANCE.md session 17)"""
+    exact: bool = False
+    """hf only, graph cache (the GPU default): true decodes on the exact path, whose samples repeat bit for bit: each
+    turn prefills its whole prompt, sdpa attends, the projections and the decode steps run as written. false takes
+    the fast path: a prefix that a group's prompts share prefilled once, each episode's cache kept between turns,
+    flash-decoding attention (Triton), q|k|v and gate|up as one matrix product each, every decode step compiled (the
+    first rollout pays the compilation). Both sample the same distribution; the fast path's logits equal the exact
+    path's up to rounding, so a token can differ where a draw falls within rounding of a boundary. Set true to
+    compare runs bit for bit or to skip the compilation; the dynamic and static caches (the CPU default) and vllm
+    are not affected"""
     gpu_memory_utilization: float = checked(0.3, gt=0.0, le=1.0)
     """vllm only: fraction of total GPU memory vLLM may take"""
     sleep_mode: bool = False
@@ -305,8 +289,9 @@ class OptimConfig:
     log-probs, detached, serve as the old log-probs: every micro-batch runs before that step, at the weights the
     rollouts were sampled with, so the PPO ratio is exactly 1 as it is (up to rounding) with a separate pass, and
     prepare skips one policy forward over the batch. false: the separate pass always"""
-    micro_batch_size: int = checked(8, ge=1)
-    """sequences per forward/backward inside a mini-batch (memory knob)"""
+    micro_batch_size: int = checked(0, ge=0)
+    """sequences per forward/backward inside a mini-batch (memory knob; 0 = auto: 16 where a GPU is used, 8 on a
+    CPU)"""
     micro_batch_tokens: int = checked(0, ge=0)
     """token budget of a micro-batch instead of micro_batch_size sequences (0 = off): sequences, longest first, while
     the tokens one forward runs stay within it (their lengths' sum with padding_free, else count x longest rounded
@@ -642,6 +627,8 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     renamed.update(cli_renamed)
     for key, value in pairs:
         key = cli_renamed.get(key, key)
+        if key in RETIRED_KEYS:
+            raise ConfigError(f"{key}={value!r}: this setting was removed, {RETIRED_KEYS[key]}")
         head = key.split(".")[0]
         if head not in SECTIONS:
             raise ConfigError(f"{key}: unknown section {head!r}; sections are: {', '.join(SECTIONS)}")

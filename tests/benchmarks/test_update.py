@@ -73,7 +73,7 @@ def test_smoke_run_times_each_variant_and_reports_a_bad_one(tmp_path):
             "--variant",
             "grpo:algo=grpo,optim.num_minibatches=1",
             "--variant",
-            "bad:optim.micro_batch_size=0",
+            "bad:optim.micro_batch_size=-1",
         ],
         capture_output=True,
         text=True,

@@ -11,7 +11,9 @@ from ragen_lit.models.loaders import (
     layer_units,
     load_policy,
     load_tokenizer,
+    resolve_compile,
     resolve_dtype,
+    uses_gpu,
     warn_if_untested_transformers,
 )
 from ragen_lit.models.lora import apply_lora, linear_layer_names
@@ -30,6 +32,8 @@ __all__ = [
     "load_critic",
     "load_policy",
     "load_tokenizer",
+    "resolve_compile",
     "resolve_dtype",
+    "uses_gpu",
     "warn_if_untested_transformers",
 ]

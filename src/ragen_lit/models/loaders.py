@@ -33,13 +33,23 @@ TRANSFORMERS_RANGE = ("5.4", "5.30")  # (lowest, first excluded), as major.minor
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
+def uses_gpu(accelerator: str) -> bool:
+    """Whether a run computes on a GPU: `trainer.accelerator` is not `cpu` and CUDA is present (what the settings
+    that resolve "auto" by the hardware follow; a machine with a GPU told to use the CPU counts as a CPU)."""
+    return accelerator != "cpu" and torch.cuda.is_available()
+
+
 def resolve_dtype(name: str, accelerator: str = "auto") -> torch.dtype:
-    """`auto`: bfloat16 where a GPU is used (`trainer.accelerator` not `cpu`, and CUDA present), float32 on CPU
-    (CPUs without native bf16 matrix units run bf16 matmuls several times slower than fp32), also on a machine with
-    a GPU when the run is told to use the CPU."""
+    """`auto`: bfloat16 where a GPU is used (`uses_gpu`), float32 on CPU (CPUs without native bf16 matrix units run
+    bf16 matmuls several times slower than fp32)."""
     if name == "auto":
-        return torch.bfloat16 if accelerator != "cpu" and torch.cuda.is_available() else torch.float32
+        return torch.bfloat16 if uses_gpu(accelerator) else torch.float32
     return DTYPES[name]
+
+
+def resolve_compile(setting: bool | None, accelerator: str = "auto") -> bool:
+    """`model.compile`: the setting, or for null (auto) whether a GPU is used (`uses_gpu`)."""
+    return uses_gpu(accelerator) if setting is None else setting
 
 
 def _major_minor(version: str) -> tuple[int, int]:

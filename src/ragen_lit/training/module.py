@@ -41,12 +41,19 @@ from ragen_lit.errors import ConfigError
 from ragen_lit.logprobs import HostMasks, mean_abs_logprob_diff, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import compile_layers, load_tokenizer
+from ragen_lit.models import compile_layers, load_tokenizer, resolve_compile
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
-from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, pad_multiple, select_rows
+from ragen_lit.training.batch import (
+    collate,
+    merge_micro_batches,
+    micro_batch_rows,
+    micro_batches,
+    pad_multiple,
+    select_rows,
+)
 from ragen_lit.training.build_models import build_models
 from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
@@ -163,11 +170,16 @@ class AgentRLModule(L.LightningModule):
                 t.fsdp_param_dtype,
                 t.fsdp_reduce_dtype,
             )
-        if self.cfg.model.compile:
+        if self.compiled:
             compile_layers(self.policy)
             if self.critic is not None:
                 compile_layers(self.critic.backbone)
         self._configured = True
+
+    @property
+    def compiled(self) -> bool:
+        """`model.compile` as it resolves for this run (null: on where a GPU is used)."""
+        return resolve_compile(self.cfg.model.compile, self.cfg.trainer.accelerator)
 
     @property
     def sharded(self) -> bool:
@@ -193,7 +205,13 @@ class AgentRLModule(L.LightningModule):
         real = (
             ()
             if batch is None
-            else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free, self._pad_multiple)
+            else micro_batches(
+                batch,
+                micro_batch_rows(o.micro_batch_size, self.device),
+                o.micro_batch_tokens,
+                o.padding_free,
+                self._pad_multiple,
+            )
         )
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
@@ -231,7 +249,7 @@ class AgentRLModule(L.LightningModule):
             "temperature": self.cfg.rollout.temperature,
             "with_entropy": with_entropy,
             "score_mask": batch["loss_mask"],
-            "compile_head": self.cfg.model.compile,
+            "compile_head": self.compiled,
             "packed": self.cfg.optim.padding_free,
         }
         if "host_attention_mask" in batch:  # a micro-batch's CPU copies: the forward need not wait for the device
@@ -358,7 +376,7 @@ class AgentRLModule(L.LightningModule):
             trajectories,
             iteration,
             self.cfg.rollout.temperature,
-            compile_head=self.cfg.model.compile,
+            compile_head=self.compiled,
         )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
