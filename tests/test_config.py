@@ -169,7 +169,9 @@ def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
 
 
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("ragen_lit.config")]
+    return [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("ragen_lit.config")
+    ]
 
 
 def test_deprecated_every_n_steps_maps_to_every_n_iterations_with_one_warning(tmp_path, caplog):
