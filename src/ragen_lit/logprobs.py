@@ -72,6 +72,13 @@ def on_device(host: Tensor, device: torch.device) -> Tensor:
     return host.to(device, non_blocking=True)
 
 
+def host_tensor_on(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
+    """`torch.tensor(values, dtype=dtype)` made on the host and sent to `device` without waiting for it (`on_device`):
+    `torch.tensor(..., device=...)` copies from pageable memory and then waits for everything queued on the device,
+    which leaves it idle while the host prepares what comes next."""
+    return on_device(torch.tensor(values, dtype=dtype), device)
+
+
 def scored_positions(
     attention_mask: Tensor, score_mask: Tensor | None = None, *, device: torch.device | None = None
 ) -> tuple[Tensor, Tensor]:
