@@ -78,6 +78,10 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"envs"},
 }
 LIGHTNING_ROOMS = {"training", "parallel.strategy", "parallel.sharded", "cli"}
+# The longest a source file may grow, in lines: a module does one job that a reader takes in at one sitting. The
+# LightningModule only wires the training functions together, so it stays shorter still.
+MAX_LINES = 450
+MAX_LINES_OF = {"training/module.py": 330}
 
 
 def room_of(module: str) -> str:
@@ -180,6 +184,17 @@ def test_the_package_never_imports_the_benchmarks():
         if (found := {m for m in imports_of(path) if m.split(".")[0] == "bench"})
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_every_source_file_stays_short():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        limit = MAX_LINES_OF.get(name, MAX_LINES)
+        lines = len(path.read_text().splitlines())
+        if lines > limit:
+            too_long.append(f"{name}: {lines} lines, at most {limit}")
+    assert not too_long, "split by job:\n" + "\n".join(too_long)
 
 
 def test_the_module_graph_has_no_circle():

@@ -76,6 +76,13 @@ def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 GPU_PAD_MULTIPLE = 64
 
 
+def planned_micro_batches(batch: dict[str, torch.Tensor], optim, device: torch.device):
+    """`micro_batches` of `batch` as the `optim` section asks, its auto settings resolved for `device`."""
+    rows = micro_batch_rows(optim.micro_batch_size, device)
+    multiple = pad_multiple(optim.pad_to_multiple, optim.padding_free, device)
+    return micro_batches(batch, rows, optim.micro_batch_tokens, optim.padding_free, multiple)
+
+
 def micro_batch_rows(setting: int, device: torch.device) -> int:
     """Sequences per micro-batch (`optim.micro_batch_size`): the setting itself, or for 0 (auto) 16 on a GPU, where
     larger products keep it busier, and 8 on a CPU."""
