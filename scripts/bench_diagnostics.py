@@ -1,4 +1,4 @@
-"""Cost of the template-collapse diagnostics (issue 3, item 7): share of iteration time and scorer memory.
+"""Cost of the template-collapse diagnostics: share of iteration time and scorer memory.
 
     python scripts/bench_diagnostics.py [--iterations 5] [--model-path DIR] [key=value ...]
     python scripts/bench_diagnostics.py --smoke --model-path DIR      # tiny sizes: checks the script runs

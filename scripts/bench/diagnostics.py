@@ -1,4 +1,4 @@
-"""Cost of the template-collapse diagnostics (issue 3, item 7): share of iteration time and scorer memory.
+"""Cost of the template-collapse diagnostics: share of iteration time and scorer memory.
 
 1. Share of iteration time: `conf/frozenlake.yaml` (with the `key=value` overrides) is trained in this
    process with `ragen_lit.cli.fit`, validation off and everything written to a temporary folder; the

@@ -1,4 +1,4 @@
-"""Where the time of a whole `fit` goes, run as a user runs it (issue 14): one `python -m ragen_lit fit`
+"""Where the time of a whole `fit` goes, run as a user runs it: one `python -m ragen_lit fit`
 process, timed from the outside, and the phase clocks it logs to MLflow (`time/*`).
 
 Phases: generation, diagnostics, prepare and update are the iterations' own clocks (`time/generation_s` ...

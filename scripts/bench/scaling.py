@@ -1,4 +1,4 @@
-"""Scaling: the multi-turn step of `bench_step.py` on 1, 2, 4… devices under DDP and FSDP (issue 15, item 5).
+"""Scaling: the multi-turn step of `bench_step.py` on 1, 2, 4… devices under DDP and FSDP.
 
 Each (strategy, device count) is one `python -m ragen_lit fit` in its own process (Lightning starts the other
 ranks), on `bench_step.py`'s random-init Qwen2 and workload (FrozenLake, PPO, no filter, 5 turns of 100 tokens),

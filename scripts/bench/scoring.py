@@ -1,21 +1,20 @@
 """The cross-scorer alone: what one collapse-diagnostics scope costs (`ragen_lit.metrics.cross_scoring`).
 
-`bench_step.py` shows that the diagnostics iteration is mostly its trajectory scope (docs/PERFORMANCE.md, session
-12: 4.2 of 5.0 s); this benchmark isolates that scope's `cross_score` call so that its settings and code can be
-compared in seconds. The workload imitates it: N prompts (`--prompts`, 64) whose lengths are spread evenly between
-`--prompt-min` and `--prompt-max` tokens (a drawn turn's whole context, turn 1 to turn 5 of the multi-turn bench),
-R reasonings (`--reasonings`, 64) of `--reasoning-tokens` ± 20%, random ids, scored R × N times on a random-init
-Qwen2 of `--model`'s shape (bf16 on a GPU). Each `--tokens-per-forward` value (0: the auto bound that diagnostics
-use) with each of `--modes` (the model eager, or compiled as diagnostics run it under `model.compile=true`:
-`models.compile_layers` and the compiled vocabulary head) is timed as the median of `--repeats` calls after a
-warm-up call; the report gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the call
-(`scoring_flops`) and their MFU, and the peak memory. `--profile` runs one more call of the last setting under the
-profiler (`bench.profiling`: kernels by family, device busy fraction). Each timed call repeats the warm-up's
-shapes, a best case: a run's diagnostics meet new prompt lengths at every iteration, and `--fresh-shapes` gives
-every call its own draw of them, so that what is cached per shape (cuDNN attention plans) is paid as in a run;
-`--pad-widths on off` weighs cross_score's rounding of widths (which makes shapes repeat) against none.
-Entry point: `scripts/bench_scoring.py`.
-"""
+`bench_step.py` shows that the diagnostics iteration is mostly its trajectory scope (4.2 of 5.0 s in
+docs/PERFORMANCE.md's profiles); this benchmark isolates that scope's `cross_score` call so that its settings and code
+can be compared in seconds. The workload imitates it: N prompts (`--prompts`, 64) whose lengths are spread evenly
+between `--prompt-min` and `--prompt-max` tokens (a drawn turn's whole context, turn 1 to turn 5 of the multi-turn
+bench), R reasonings (`--reasonings`, 64) of `--reasoning-tokens` ± 20%, random ids, scored R × N times on a
+random-init Qwen2 of `--model`'s shape (bf16 on a GPU). Each `--tokens-per-forward` value (0: the auto bound that
+diagnostics use) with each of `--modes` (the model eager, or compiled as diagnostics run it under
+`model.compile=true`: `models.compile_layers` and the compiled vocabulary head) is timed as the median of `--repeats`
+calls after a warm-up call; the report gives seconds, (reasoning, prompt) pairs per second, the model FLOPs of the
+call (`scoring_flops`) and their MFU, and the peak memory. `--profile` runs one more call of the last setting under
+the profiler (`bench.profiling`: kernels by family, device busy fraction). Each timed call repeats the warm-up's
+shapes, a best case: a run's diagnostics meet new prompt lengths at every iteration, and `--fresh-shapes` gives every
+call its own draw of them, so that what is cached per shape (cuDNN attention plans) is paid as in a run; `--pad-widths
+on off` weighs cross_score's rounding of widths (which makes shapes repeat) against none. Entry point:
+`scripts/bench_scoring.py`."""
 
 from __future__ import annotations
 

@@ -356,7 +356,7 @@ def _run(args, save, folder: str) -> dict:
         },
         "throughput": {
             # the steady iterations' sampled tokens over their generation seconds: the same iterations as the
-            # seconds column (before session 18 the last iteration's alone)
+            # seconds column
             "generation_tokens_per_s": sum(probe.sampled[i] for i in steady)
             / sum(per_iteration[i]["generation"] for i in steady),
             "training_tokens_per_s": trained / mean["update"],

@@ -22,7 +22,7 @@ import time
 import torch
 import transformers
 
-TRL_MICRO_BATCH = 32  # per_device_train_batch_size of the reference TRL run (issue 15)
+TRL_MICRO_BATCH = 32  # per_device_train_batch_size of the reference TRL run
 
 
 def trl_available() -> bool:

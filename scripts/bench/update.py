@@ -1,8 +1,8 @@
 """The update alone: actor (and critic) optimizer steps on a synthetic batch of `bench_step.py`'s shape,
 for several settings side by side, each in a fresh process, with a kernel-level breakdown.
 
-`bench_step.py` times the whole iteration; this benchmark isolates its update (issue 6, item 6: MFU of
-the update) so that settings can be compared in minutes. The batch imitates bench_step's workload:
+`bench_step.py` times the whole iteration; this benchmark isolates its update (its MFU)
+so that settings can be compared in minutes. The batch imitates bench_step's workload:
 `--rows` episodes (128) of `--turns` (5) turns, each turn a prompt part followed by `--response` (100)
 sampled tokens, sequence lengths uniform in `--length` ± `--length-spread` (1,700 ± 5%: what the
 device's tokenizer gave; a wider spread imitates transcripts of different lengths, where padding costs

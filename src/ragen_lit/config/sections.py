@@ -235,7 +235,7 @@ class OptimConfig:
     adamw_kernel: str = checked("auto", choices=("auto", "fused", "foreach"))
     """how AdamW runs its step: fused (one kernel per parameter group) | foreach (a few multi-tensor kernels per
     operation of the update rule) | auto: fused where the weights are on a GPU and not sharded by FSDP, else PyTorch's
-    default. The same update up to rounding (docs/PERFORMANCE.md, session 19)"""
+    default. The same update up to rounding (docs/PERFORMANCE.md)"""
     warmup_steps: int = checked(0, ge=0)
     """linear learning-rate warm-up (optimizer steps)"""
     lr_decay: str = checked("constant", choices=LR_DECAYS)
@@ -291,7 +291,7 @@ class DiagnosticsConfig:
     row gets a copy
     of its prompt's cached prefix and runs sdpa's memory-efficient kernel under a mask; math where it is missing, e.g.
     on a CPU) | auto (the same with PyTorch's kernel choice: cuDNN's on Hopper GPUs, which builds a plan on the host for
-    every new shape; docs/PERFORMANCE.md sessions 15 and 16)"""
+    every new shape; docs/PERFORMANCE.md)"""
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))

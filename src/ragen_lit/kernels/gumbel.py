@@ -27,7 +27,7 @@ from ragen_lit.kernels.logprob import merged_log_partition
 
 # Logits per program of the first kernel, and per block of its loop (four quarters, one Philox call per four
 # logits): the fastest of chunks 2k-16k and blocks 512-2048 on an H200 at 128 x 151,936 bf16 logits
-# (docs/PERFORMANCE.md, session 18).
+# (docs/PERFORMANCE.md).
 CHUNK = 4096
 BLOCK = 1024
 WARPS = 4

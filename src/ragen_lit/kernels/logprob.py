@@ -3,7 +3,7 @@
 The scoring passes without gradients and without entropy (the cross-scorer's rows, the reference log-probs) need,
 per position, only its target's logit and the log-partition of the row. `torch.compile`'s fused log-softmax and
 gather did that at ~1.5 TB/s on an H200 (106 ms of a diagnostics iteration's 1.34 s: 525 chunks of 1,024 × 151,936
-bf16 logits; docs/PERFORMANCE.md, session 19). Here
+bf16 logits; docs/PERFORMANCE.md). Here
 
 1. `_partial_log_partition`: program (row m, chunk c) loads `CHUNK` logits of its row in one block, scales them by
    log2(e) / T and stores the chunk's maximum and Σ 2^(x − max) (base 2);
@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 # logits per program of the first kernel: one block, 64 per thread at 4 warps (on an H200, 3.2 TB/s over 1,024 x
-# 151,936 bf16 logits against 3.0 at 4,096 and 2.6 at 2,048; more warps were slower; session 20)
+# 151,936 bf16 logits against 3.0 at 4,096 and 2.6 at 2,048; more warps were slower)
 CHUNK = 8192
 WARPS = 4
 

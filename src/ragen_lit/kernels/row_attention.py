@@ -6,7 +6,7 @@ prefix (not causal: prompt j's rows over prompt j's keys) and over their own ear
 row), and merges the two softmaxes by their log partition sums. Run as FlashAttention's variable-length kernel over
 the prefixes, then a kernel over the rows' own tokens with the merge in its epilogue, the two passes wrote and read
 the prefix attention's output and log partition sums again: 141 + 40 ms of a 1.23-1.30 s diagnostics iteration on
-an H200 (docs/PERFORMANCE.md, session 20). Here program (query block, prompt, head) runs one online softmax over both
+an H200 (docs/PERFORMANCE.md). Here program (query block, prompt, head) runs one online softmax over both
 key sets: the prompt's prefix in blocks of `BLOCK_K` keys, then the keys of its rows from the first query's row start
 to the block's end, masked to the query's own row and not after it (token t's row starts at `row_starts[t]`), and
 writes the output once. Grouped-query heads read their key head in place; float32 accumulation and scores scaled in
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-# the tiles measured fastest at the scorer's shapes on an H200 (session 20): 128 queries, 32 keys, 4 warps, 3 stages
+# the tiles measured fastest at the scorer's shapes on an H200: 128 queries, 32 keys, 4 warps, 3 stages
 BLOCK_Q = 128
 BLOCK_K = 32
 

@@ -3,7 +3,7 @@
 A decode step's query is one token per row, so an attention kernel that gives each (row, key/value head) one
 program walks the whole cache serially: at batch 128 and 2 key/value heads (Qwen2.5-0.5B), 256 programs read
 ~1k-2k positions each, and sdpa's cuDNN kernel read the cache at ~12% of an H200's bandwidth in the multi-turn
-bench (docs/PERFORMANCE.md, sessions 14 and 16). Here
+bench (docs/PERFORMANCE.md). Here
 
 1. `_flash_decode_partial`: program (row b, key/value head k, split s) takes the G query heads of head k as G rows of
    one tile and attends over the split's `SPLIT` cache positions in blocks of `BLOCK`, with an online softmax
@@ -29,7 +29,7 @@ import triton.language as tl
 
 # Cache positions per split and per block of a split, and warps per program of the first kernel: the fastest of
 # splits 64-512, blocks 32-128 and 2-8 warps on an H200 at the multi-turn bench's shape (128 rows, 14 query and 2
-# key/value heads of 64, caches of 1280 and 2048 positions: docs/PERFORMANCE.md, session 17). The decode slots' cache
+# key/value heads of 64, caches of 1280 and 2048 positions: docs/PERFORMANCE.md). The decode slots' cache
 # lengths are multiples of 256 (`decode_graphs._LENGTH_BUCKET`), so no split is partial there.
 SPLIT = 128
 BLOCK = 64

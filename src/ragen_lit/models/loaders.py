@@ -175,7 +175,7 @@ def compile_layers(model: nn.Module) -> None:
     and cache objects change at every step, which would exhaust dynamo's recompile limit and leave the
     training calls eager too) runs the eager forward, but the block's cache-free parts inside it, its
     normalisations and its MLP (`_cache_free_parts`), run compiled too: a decode step of a 0.5B model at
-    batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md, session 12), 8 of them per
+    batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md), 8 of them per
     RMSNorm, which fuse into one; so does its attention's rotary embedding (`_with_compiled_rotary`). The
     dispatchers are bound to each module, so module hooks (FSDP's all-gather
     and reshard) still run eagerly around them, and a deep copy of the model binds the copy's own modules.
