@@ -13,7 +13,8 @@ import transformers
 from bench.common import Clock
 from ragen_lit.agent.prompts import ANSWER_CLOSE
 from ragen_lit.engines.base import SamplingParams
-from ragen_lit.engines.hf import HFEngine, left_pad
+from ragen_lit.engines.hf import HFEngine
+from ragen_lit.engines.prefill import left_pad
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.training.batch import (
     collate,

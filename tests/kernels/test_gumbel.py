@@ -11,13 +11,13 @@ import torch
 from tests.kernels.triton_checks import compile_for_hopper
 from tests.kernels.triton_checks import interpreted as run_interpreted
 
-from ragen_lit.engines.hf import sample_next_tokens
+from ragen_lit.engines.sampling import sample_next_tokens
 
 # run in the subprocess: each case (logits, temperature, seed, chunk_size, block_size) through the interpreted kernels
 _INTERPRET = """
 import sys, torch
 from ragen_lit.kernels.gumbel import gumbel_sample
-from ragen_lit.engines.hf import sample_next_tokens
+from ragen_lit.engines.sampling import sample_next_tokens
 cases, draws = torch.load(sys.argv[1])
 out = [gumbel_sample(logits, t, torch.tensor([seed]), chunk_size=c, block_size=b) for logits, t, seed, c, b in cases]
 # through the engine's sampler: a seeded generator's draw of the seed
@@ -78,7 +78,7 @@ def test_interpreted_draws_depend_on_the_seed_and_not_on_the_chunking(tmp_path):
 def test_the_default_draw_is_the_kernel_on_cuda_with_triton_and_the_tensor_gumbel_without(monkeypatch):
     import importlib.util
 
-    from ragen_lit.engines.hf import default_full_vocabulary_draw
+    from ragen_lit.engines.sampling import default_full_vocabulary_draw
 
     assert default_full_vocabulary_draw(is_cuda=False) == "inverse_cdf"
     assert default_full_vocabulary_draw(is_cuda=True) == "philox"  # this environment installs Triton

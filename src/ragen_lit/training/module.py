@@ -29,7 +29,7 @@ from ragen_lit.config import Config
 from ragen_lit.logprobs import HostMasks, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import compile_layers, load_tokenizer, resolve_compile
+from ragen_lit.models import compile_layers, layer_units, load_tokenizer, resolve_compile
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep
 from ragen_lit.parallel.sharded import ShardedModels
@@ -107,7 +107,8 @@ class AgentRLModule(L.LightningModule):
                 t.fsdp_param_dtype,
                 t.fsdp_reduce_dtype,
             )
-        if self.compiled:
+        # model.compile=null (auto) leaves a model without repeated layer classes eager; true refuses it
+        if self.compiled and (self.cfg.model.compile or layer_units(self.policy)):
             compile_layers(self.policy)
             if self.critic is not None:
                 compile_layers(self.critic.backbone)
