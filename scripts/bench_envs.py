@@ -3,10 +3,10 @@
     python scripts/bench_envs.py              # 500 instances per env
     python scripts/bench_envs.py --instances 2000
 
-What each table holds is described in `ragen_lit.bench.envs`.
+What each table holds is described in `bench.envs`.
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.envs import main
+    from bench.envs import main
 
     raise SystemExit(main())

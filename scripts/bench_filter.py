@@ -1,11 +1,11 @@
-"""Update time with and without SNR-aware filtering on the *same* rollout batch (issue 4, ragen2.md §4).
+"""Update time with and without SNR-aware filtering on the *same* rollout batch (ragen2.md §4).
 
     python scripts/bench_filter.py [--config conf/frozenlake.yaml] [key=value ...]
 
-Target: the filtered update within 1.25 x kept_ratio x the unfiltered one (`ragen_lit.bench.filter`).
+Target: the filtered update within 1.25 x kept_ratio x the unfiltered one (`bench.filter`).
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.filter import main
+    from bench.filter import main
 
     raise SystemExit(main())

@@ -6,6 +6,6 @@ python scripts/bench_fit.py --smoke                  # 2 small iterations: check
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.fit import main
+    from bench.fit import main
 
     raise SystemExit(main())

@@ -3,10 +3,10 @@
     python scripts/bench_scaling.py --smoke --devices 1 2 --strategies ddp   # tiny model on CPU ranks: checks it runs
     python scripts/bench_scaling.py --out scaling.json                        # 0.5B, 1/2/4 GPUs, DDP and FSDP
 
-The workload and the table are described in `ragen_lit.bench.scaling`.
+The workload and the table are described in `bench.scaling`.
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.scaling import main
+    from bench.scaling import main
 
     raise SystemExit(main())

@@ -8,10 +8,10 @@ for several settings side by side, each in a fresh process, with a kernel-level 
     python scripts/bench_update.py --set model.compile=true optim.micro_batch_size=16 --variant padded: \
         --variant packed:optim.padding_free=true,model.attention=flex_attention      # padding-free vs padded
 
-The batch, the variants and the profile are described in `ragen_lit.bench.update`.
+The batch, the variants and the profile are described in `bench.update`.
 """
 
 if __name__ == "__main__":
-    from ragen_lit.bench.update import main
+    from bench.update import main
 
     raise SystemExit(main())

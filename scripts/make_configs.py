@@ -134,7 +134,7 @@ PAPER = [
 PAPER_ALGO = ["algo.entropy_coef=0.001", "algo.kl_coef=0.0", "algo.clip_low=0.2", "algo.clip_high=0.28"]
 # The paper's DAPO row ran the reference's "DAPO" (GAE + critic + token-mean + clip-higher, no KL, no dynamic
 # sampling or length shaping), which is the PPO preset field for field; `algo=dapo` is DAPO as Yu et al. define
-# it (src/ragen_lit/algos/presets.py), so the paper's row is the PPO recipe, as its header says.
+# it (src/ragen_lit/choices.py), so the paper's row is the PPO recipe, as its header says.
 PAPER_ALGOS = {
     "ppo": "PPO (GAE, critic; also the paper's DAPO row: the reference's DAPO is PPO field for field)",
     "grpo": "GRPO (group-normalised return, no critic)",

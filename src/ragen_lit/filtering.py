@@ -27,8 +27,8 @@ import math
 
 import torch
 
-STRATEGIES = ("none", "top_p", "top_p_softmax", "top_k", "min_p", "nonzero", "quartile")
-SCORES = ("var", "std")
+from ragen_lit.choices import SCORES, STRATEGIES
+
 ZERO_SCORE = 1e-10
 _RELATIVE_SLACK = 1e-6
 

@@ -17,13 +17,14 @@ and the results equal the padded forward's.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+
+from ragen_lit.kernels import triton_runs_on
 
 # Config fields of HF models whose forward transforms the head's output before the softmax; the
 # chunked head here applies the plain linear head only, so such models are refused, not mis-scored.
@@ -69,6 +70,13 @@ def on_device(host: Tensor, device: torch.device) -> Tensor:
     if device.type == "cuda":
         host = host.pin_memory()
     return host.to(device, non_blocking=True)
+
+
+def host_tensor_on(values, device: torch.device, dtype: torch.dtype = torch.long) -> Tensor:
+    """`torch.tensor(values, dtype=dtype)` made on the host and sent to `device` without waiting for it (`on_device`):
+    `torch.tensor(..., device=...)` copies from pageable memory and then waits for everything queued on the device,
+    which leaves it idle while the host prepares what comes next."""
+    return on_device(torch.tensor(values, dtype=dtype), device)
 
 
 def scored_positions(
@@ -247,7 +255,7 @@ def token_logprobs(
 
     needs_grad = torch.is_grad_enabled() and (states.requires_grad or any(p.requires_grad for p in head.parameters()))
     if not needs_grad and not with_entropy and triton_runs_on(states.device):
-        head_fn = _kernel_head_logprobs  # the logits read once (`logprob_kernel`)
+        head_fn = _kernel_head_logprobs  # the logits read once (`kernels.logprob`)
     else:
         head_fn = _compiled_head_logprobs() if compile_head else _head_logprobs
     pieces = []
@@ -300,23 +308,12 @@ def _head_logprobs(
 def _kernel_head_logprobs(
     head: torch.nn.Module, states: Tensor, targets: Tensor, temperature: float, with_entropy: bool
 ) -> tuple[Tensor]:
-    """`_head_logprobs` without entropy through the Triton kernels of `logprob_kernel`: the head's
+    """`_head_logprobs` without entropy through the Triton kernels of `kernels.logprob`: the head's
     logits in their own dtype, read once, no float32 [M, V] tensor."""
-    from ragen_lit.logprob_kernel import target_logprobs
+    from ragen_lit.kernels.logprob import target_logprobs
 
     assert not with_entropy
     return (target_logprobs(head(states), targets, temperature),)
-
-
-def triton_runs_on(device: torch.device) -> bool:
-    """Whether the project's Triton kernels can run on `device`: CUDA with Triton installed, on a GPU Triton compiles
-    for (compute capability 7.0 or later). The target-log-prob kernels then serve scoring without gradients or
-    entropy, and the scorer's row-attention kernel runs where it takes the queries."""
-    return (
-        device.type == "cuda"
-        and importlib.util.find_spec("triton") is not None
-        and torch.cuda.get_device_capability(device) >= (7, 0)
-    )
 
 
 @functools.cache

@@ -219,9 +219,10 @@ def test_envs_whose_steps_wait_are_stepped_together_with_the_same_result(chat):
 
 
 def test_a_rollout_with_kept_turns_samples_what_full_prefills_sample(chat):
-    """`rollout.hf_reuse_turns`: the rollout's next prompt is its last prompt, the sampled ids and the new message,
-    token for token, so the engine continues every kept row from turn 2 on (prefilling only the new tokens), and
-    the episodes are the ones an engine that prefills whole conversations samples (a random model, temperature 1)."""
+    """The engine's kept turns (`HFEngine(reuse_turns=True)`, on the graph cache's fast path): the rollout's next
+    prompt is its last prompt, the sampled ids and the new message, token for token, so the engine continues every
+    kept row from turn 2 on (prefilling only the new tokens), and the episodes are the ones an engine that prefills
+    whole conversations samples (a random model, temperature 1)."""
     import torch
     import transformers
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
 
 import pytest
@@ -11,18 +10,13 @@ import torch
 import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ragen_lit.engines.base import Engine, SamplingParams
-from ragen_lit.engines.hf import (
-    PREFILL_MULTIPLE,
-    HFEngine,
-    _AllStopped,
-    _KeptRows,
-    ends_with_stop_sequence,
-    left_pad,
-    sample_next_tokens,
-    shared_prefix_plan,
-)
+from ragen_lit.engines.decode_loops import AllStopped
+from ragen_lit.engines.hf import FAST_PATH, HFEngine
+from ragen_lit.engines.kept_turns import KeptRows
+from ragen_lit.engines.prefill import shared_prefix_plan
 
 # the engine and end-to-end paths CI also runs at the lowest declared dependency versions
 pytestmark = pytest.mark.floors
@@ -60,6 +54,24 @@ def teacher_forced_logprobs(model, prompt: list[int], generated: list[int], temp
         logits = model(input_ids=torch.tensor([prompt + generated])).logits[0].float()
     scaled = torch.log_softmax(logits[len(prompt) - 1 : -1] / temperature, dim=-1)
     return scaled.gather(-1, torch.tensor(generated)[:, None])[:, 0].tolist()
+
+
+def fast(**pieces: bool) -> dict[str, bool]:
+    """`HFEngine` keywords: the graph cache's whole fast path, less the pieces given as False."""
+    return {**dict.fromkeys(FAST_PATH, True), **pieces}
+
+
+def on_sdpa_math(engine: HFEngine) -> HFEngine:
+    """`engine`, each call run under sdpa's math kernel (its graphs captured on it): the CUDA tests' reference for a
+    float32 model, whose products are then exact up to summation order."""
+    generate = engine.generate
+
+    def generate_on_math(prompts, params):
+        with sdpa_kernel(SDPBackend.MATH):
+            return generate(prompts, params)
+
+    engine.generate = generate_on_math
+    return engine
 
 
 def first_stop_end(ids: list[int], stop: list[int]) -> int | None:
@@ -294,76 +306,18 @@ def test_dedup_prefill_gives_the_same_results(model, params, cache):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
-def test_shared_prefix_plan_by_hand():
-    plan = shared_prefix_plan([[1, 2, 3, 4], [9, 9], [1, 2, 3, 5]])
-    assert plan.prefixes == [[9], [1, 2, 3]]  # built from the end of the sorted order
-    assert plan.prefix_of == [1, 0, 1]
-    assert plan.suffixes == [[4], [9], [5]]
-    # identical prompts keep their last token as suffix; 2 prefixes x 3 + 3 rows x 1 positions
-    identical = shared_prefix_plan([[1, 2, 3, 4]] * 3)
-    assert (identical.prefixes, identical.suffixes) == ([[1, 2, 3]], [[4]] * 3)
-    assert plan.padded_tokens() == 2 * 3 + 3 * 1
-
-
-def test_shared_prefix_plan_prefers_the_longer_prefix_of_each_group():
-    # two groups of 3 share [1, 1] across groups but 6 tokens within: two runs save 2 x 2 x 6 = 24 > 5 x 2
-    group_a = [[1, 1, 2, 2, 2, 2, t] for t in (10, 11, 12)]
-    group_b = [[1, 1, 3, 3, 3, 3, t] for t in (10, 11, 12)]
-    plan = shared_prefix_plan(group_a + group_b)
-    assert sorted(plan.prefixes) == [[1, 1, 2, 2, 2, 2], [1, 1, 3, 3, 3, 3]]
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=8))
-def test_shared_prefix_plan_splits_every_prompt_into_its_prefix_and_a_suffix(prompts):
-    plan = shared_prefix_plan(prompts)
-    for b, prompt in enumerate(prompts):
-        assert plan.prefixes[plan.prefix_of[b]] + plan.suffixes[b] == prompt
-        assert len(plan.suffixes[b]) >= 1
-    saved = sum(map(len, prompts)) - sum(map(len, plan.prefixes)) - sum(map(len, plan.suffixes))
-    assert saved >= 0
-
-
-def most_saved(prompts) -> int:
-    """Prefix tokens saved by the best cut of the sorted prompts into runs, every cut tried: a run of m prompts
-    saves (m - 1) x the tokens they all share, each keeping its last token."""
-    ordered = sorted(prompts)
-
-    def shared(run):
-        n = min(len(p) - 1 for p in run)
-        return next((k for k in range(n) if len({p[k] for p in run}) > 1), n)
-
-    best = 0
-    for cuts in itertools.product([False, True], repeat=len(ordered) - 1):
-        starts = [0] + [k + 1 for k, cut in enumerate(cuts) if cut] + [len(ordered)]
-        runs = [ordered[a:b] for a, b in itertools.pairwise(starts)]
-        best = max(best, sum((len(run) - 1) * shared(run) for run in runs))
-    return best
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=5), min_size=1, max_size=7))
-def test_shared_prefix_plan_saves_the_most_tokens_any_cut_saves(prompts):
-    """The dynamic program, which stops growing a run once its prompts share no token, finds the best cut."""
-    plan = shared_prefix_plan(prompts)
-    saved = sum(len(plan.prefixes[k]) for k in plan.prefix_of) - sum(map(len, plan.prefixes))
-    assert saved == most_saved(prompts)
-
-
-# later turns of two groups: each group's rows start with the group's first prompt, then differ
 GROUP_PROMPTS = [[5, 17, 42, 8, 9, 10, 11, 12, 13] + tail for tail in ([1, 2, 3], [4, 5], [6, 7, 8, 9], [1, 2, 4])] + [
     [30, 31, 32, 33, 34, 35] + tail for tail in ([40], [41, 42, 43], [44, 45])
 ]
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "graph"])
-def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model, cache):
-    engine = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=True)
+def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model):
+    engine = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=True)
     plan = shared_prefix_plan(GROUP_PROMPTS)
     assert len(plan.prefixes) == 2  # the chunk takes the two-forward path
     with torch.no_grad():
-        shared_logits, _, mask, copy_index = engine._prefill(GROUP_PROMPTS, 4, torch.device("cpu"))
-        plain_logits, *_ = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=False)._prefill(
+        shared_logits, _, mask, copy_index = engine._prefill(GROUP_PROMPTS, 4, torch.device("cpu"), share=True)
+        plain_logits, *_ = HFEngine(model, pad_token_id=0, cache="graph", dedup_prompts=False)._prefill(
             GROUP_PROMPTS, 4, torch.device("cpu")
         )
     assert copy_index is None  # the cache has a row per prompt already
@@ -371,16 +325,15 @@ def test_shared_prefix_prefill_gives_the_plain_prefill_logits(model, cache):
     torch.testing.assert_close(shared_logits, plain_logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
 @pytest.mark.parametrize(
     "params",
     [greedy(10), SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])],
 )
-def test_shared_prefix_prefill_samples_what_the_plain_prefill_samples(model, cache, params):
+def test_shared_prefix_prefill_samples_what_the_plain_prefill_samples(model, params):
     # same logits up to rounding and the same random draws per row: the same tokens (a draw would have to
     # land within rounding of a cumulative-probability boundary to differ)
-    shared = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=True).generate(GROUP_PROMPTS, params)
-    plain = HFEngine(model, pad_token_id=0, cache=cache, dedup_prompts=False).generate(GROUP_PROMPTS, params)
+    shared = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=True).generate(GROUP_PROMPTS, params)
+    plain = HFEngine(model, pad_token_id=0, cache="graph", dedup_prompts=False).generate(GROUP_PROMPTS, params)
     assert [g.token_ids for g in shared] == [g.token_ids for g in plain]
     for a, b in zip(shared, plain):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -407,120 +360,6 @@ def test_one_step_samples_follow_the_model_distribution():
     dof = len(observed_cells) - 1
     assert expected[common].sum() > 0.5 * num_samples
     assert chi_square < dof + 6 * math.sqrt(2 * dof)
-
-
-def test_sample_next_tokens_draws_from_the_truncated_renormalised_distribution():
-    # probs 0.5, 0.25, 0.15, 0.1: top_p 0.7 keeps the 2 most likely (mass before token 3 is 0.75).
-    probs = torch.tensor([0.15, 0.5, 0.1, 0.25])
-    logits = probs.log().repeat(20000, 1)
-    generator = torch.Generator().manual_seed(0)
-    token_ids, logprobs = sample_next_tokens(logits, 1.0, 0, 0.7, generator)
-    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
-    assert frequencies.tolist() == pytest.approx([0.0, 2 / 3, 0.0, 1 / 3], abs=0.02)
-    # Log-probs are reported before truncation.
-    assert torch.allclose(logprobs, probs.log()[token_ids])
-
-    token_ids, _ = sample_next_tokens(logits, 1.0, 3, 1.0, generator)
-    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
-    assert frequencies.tolist() == pytest.approx([0.15 / 0.9, 0.5 / 0.9, 0.0, 0.25 / 0.9], abs=0.02)
-
-    # top_k 3 renormalises to 0.556, 0.278, 0.167; top_p 0.8 keeps the first two.
-    token_ids, _ = sample_next_tokens(logits, 1.0, 3, 0.8, generator)
-    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
-    assert frequencies.tolist() == pytest.approx([0.0, 2 / 3, 0.0, 1 / 3], abs=0.02)
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.5])
-def test_the_gumbel_max_draw_samples_the_softmax_and_reports_its_log_prob(temperature):
-    """`full_vocabulary="gumbel"` (V uniforms drawn into a tensor): the same distribution as the inverse-CDF draw.
-    CUDA's default, the same draw with the uniforms made inside Triton kernels, is tested in test_gumbel_kernel.py."""
-    logits = torch.tensor([0.15, 0.5, 0.1, 0.25]).log().repeat(40000, 1)
-    probs = torch.softmax(logits[0] / temperature, -1)
-    token_ids, logprobs = sample_next_tokens(
-        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="gumbel"
-    )
-    frequencies = torch.bincount(token_ids, minlength=4).double() / len(token_ids)
-    assert frequencies.tolist() == pytest.approx(probs.tolist(), abs=0.01)
-    torch.testing.assert_close(logprobs, torch.log_softmax(logits / temperature, -1)[0][token_ids])
-    again, _ = sample_next_tokens(
-        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="gumbel"
-    )
-    assert torch.equal(again, token_ids)  # a seeded generator gives the same draws
-    inverse, _ = sample_next_tokens(
-        logits, temperature, 0, 1.0, torch.Generator().manual_seed(0), full_vocabulary="inverse_cdf"
-    )
-    assert not torch.equal(inverse, token_ids)  # the other method: other draws of the same distribution
-    assert torch.equal(sample_next_tokens(logits, temperature, 0, 1.0, torch.Generator().manual_seed(0))[0], inverse)
-
-
-def test_sample_next_tokens_temperature_scales_logprobs_and_zero_is_argmax():
-    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
-    token_ids, logprobs = sample_next_tokens(logits, 0.0, 0, 1.0, None)
-    assert token_ids.tolist() == [1, 0]
-    assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
-    token_ids, logprobs = sample_next_tokens(logits, 0.5, 0, 1.0, torch.Generator().manual_seed(0))
-    assert torch.allclose(logprobs, torch.log_softmax(logits / 0.5, -1).gather(-1, token_ids[:, None])[:, 0])
-
-
-def test_sample_next_tokens_nucleus_beyond_the_probe_falls_back_to_a_full_sort():
-    # A flat 1000-token distribution: the nucleus for top_p 0.5 is 500 tokens, more than the probe.
-    logits = torch.zeros(4000, 1000)
-    token_ids, _ = sample_next_tokens(logits, 1.0, 0, 0.5, torch.Generator().manual_seed(0))
-    assert len(set(token_ids.tolist())) > 300
-
-
-def test_left_pad_puts_prompts_right_aligned_with_mask():
-    input_ids, attention_mask = left_pad([[4, 5, 6], [7]], 0, torch.device("cpu"))
-    assert input_ids.tolist() == [[4, 5, 6], [0, 0, 7]]
-    assert attention_mask.tolist() == [[True, True, True], [False, False, True]]
-
-
-def test_left_pad_rounds_the_width_up_to_the_multiple():
-    input_ids, attention_mask = left_pad([[4, 5, 6], [7]], 0, torch.device("cpu"), multiple=4)
-    assert input_ids.tolist() == [[0, 4, 5, 6], [0, 0, 0, 7]]
-    assert attention_mask.tolist() == [[False, True, True, True], [False, False, False, True]]
-    assert left_pad([[1] * 8], 0, torch.device("cpu"), multiple=4)[0].shape == (1, 8)
-
-
-@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
-@pytest.mark.parametrize("share", [False, True])
-def test_padded_prefill_widths_sample_what_the_plain_prefill_samples(model, cache, share):
-    """`pad_widths` (on by default on a GPU) left-pads every prefill to a multiple of 64 positions."""
-    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
-    padded_engine = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=share, pad_widths=True)
-    with torch.no_grad():
-        logits, _, mask, _ = padded_engine._prefill(GROUP_PROMPTS, 4, torch.device("cpu"))
-    assert mask.shape[1] % PREFILL_MULTIPLE == 0 and mask.sum(-1).tolist() == [len(p) for p in GROUP_PROMPTS]
-    padded = padded_engine.generate(GROUP_PROMPTS + PROMPTS, params)
-    plain = HFEngine(model, pad_token_id=0, cache=cache, share_prefixes=share, pad_widths=False).generate(
-        GROUP_PROMPTS + PROMPTS, params
-    )
-    assert [g.token_ids for g in padded] == [g.token_ids for g in plain]
-    for a, b in zip(padded, plain):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-
-
-@given(st.lists(st.lists(st.integers(1, 50), min_size=1, max_size=6), min_size=1, max_size=6))
-def test_left_pad_round_trips(prompts):
-    input_ids, attention_mask = left_pad(prompts, 0, torch.device("cpu"))
-    assert [row[mask].tolist() for row, mask in zip(input_ids, attention_mask)] == prompts
-    assert attention_mask[:, -1].all()
-
-
-def test_left_pad_checks_the_ids_against_the_vocabulary():
-    cpu = torch.device("cpu")
-    assert left_pad([[0, 4], [4]], 0, cpu, vocab_size=5)[0].tolist() == [[0, 4], [0, 4]]
-    for bad in ([[5]], [[1, 2], [-1]]):
-        with pytest.raises(ValueError, match=r"\[0, 5\)"):
-            left_pad(bad, 0, cpu, vocab_size=5)
-
-
-def test_ends_with_stop_sequence_matches_suffixes_only():
-    generated = torch.tensor([[1, 2, 3], [2, 3, 1], [9, 9, 3]])
-    by_length = [torch.tensor([[3]]), torch.tensor([[2, 3], [7, 7]])]
-    assert ends_with_stop_sequence(generated, by_length).tolist() == [True, False, True]
-    assert ends_with_stop_sequence(generated, [torch.tensor([[9, 9, 3]])]).tolist() == [False, False, True]
-    assert ends_with_stop_sequence(generated[:, :1], [torch.tensor([[1, 2]])]).tolist() == [False, False, False]
 
 
 @settings(max_examples=5, deadline=None)
@@ -677,34 +516,24 @@ def test_a_model_that_leaves_the_cache_empty_stops_the_engine(model):
         HFEngine(_CacheIgnoringModel(model), pad_token_id=0).generate(PROMPTS[:2], greedy(3))
 
 
-@pytest.mark.parametrize("share", [False, True])
-def test_the_config_switches_prefix_sharing(model, share):
+@pytest.mark.parametrize("exact", [False, True])
+def test_rollout_exact_switches_the_graph_caches_fast_path_as_a_whole(model, exact):
     from ragen_lit.config import load_config
     from ragen_lit.engines import build_engine
 
-    cfg = load_config(None, [f"rollout.hf_share_prefixes={str(share).lower()}"])
+    cfg = load_config(None, [f"rollout.exact={str(exact).lower()}"])
     engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    assert engine.share_prefixes is share
+    assert {name: getattr(engine, name) for name in FAST_PATH} == dict.fromkeys(FAST_PATH, not exact)
 
 
-@pytest.mark.parametrize(("setting", "multiple"), [("auto", 1), ("on", PREFILL_MULTIPLE), ("off", 1)])
-def test_the_config_switches_prefill_padding(model, setting, multiple):
-    from ragen_lit.config import load_config
-    from ragen_lit.engines import build_engine
-
-    cfg = load_config(None, [f"rollout.hf_pad_prefill={setting}"])
-    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    assert engine._prefill_multiple(torch.device("cpu")) == multiple  # auto: on a GPU only
-    assert engine._prefill_multiple(torch.device("cuda")) == (1 if setting == "off" else PREFILL_MULTIPLE)
-
-
-def test_the_config_picks_the_decode_attention_kernel(model):
-    from ragen_lit.config import load_config
-    from ragen_lit.engines import build_engine
-
-    cfg = load_config(None, ["rollout.hf_decode_attention=efficient"])
-    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    assert engine.decode_attention == "efficient"
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_the_fast_path_leaves_the_dynamic_and_static_caches_bit_for_bit_as_they_are(model, cache):
+    """The CPU default (cache "auto" is "dynamic" there) samples what it always sampled, fast path or not."""
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
+    prompts = GROUP_PROMPTS + PROMPTS
+    got = HFEngine(model, pad_token_id=0, cache=cache, **fast()).generate(prompts, params)
+    want = HFEngine(model, pad_token_id=0, cache=cache).generate(prompts, params)
+    assert [(g.token_ids, g.logprobs) for g in got] == [(g.token_ids, g.logprobs) for g in want]
 
 
 def _cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -780,21 +609,11 @@ def test_the_config_sets_the_engine_dtype(model, overrides, expected):
     assert engine.dtype is expected
 
 
-def test_decode_attention_kernels_are_named_and_checked(model):
-    from ragen_lit.engines import DECODE_ATTENTION_KERNELS
-    from ragen_lit.engines.decode_graphs import DECODE_ATTENTION
-
-    assert tuple(DECODE_ATTENTION) == DECODE_ATTENTION_KERNELS
-    with pytest.raises(ValueError, match="decode_attention must be one of"):
-        HFEngine(model, pad_token_id=0, cache="graph", decode_attention="flash")
-
-
-@pytest.mark.parametrize("name", ["math", "flex", "matmul", "split"])
-def test_every_decode_attention_kernel_samples_what_the_default_samples(model, name):
-    """The same attention on other kernels (on a CPU the steps run eagerly, inside the kernel's context)."""
+def test_split_attention_samples_what_sdpa_samples(model):
+    """The same attention on flash-decoding's kernels; on a CPU, where Triton does not run, the steps keep sdpa."""
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
     want = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
-    got = HFEngine(model, pad_token_id=0, cache="graph", decode_attention=name).generate(PROMPTS, params)
+    got = HFEngine(model, pad_token_id=0, cache="graph", split_attention=True).generate(PROMPTS, params)
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     for a, b in zip(got, want):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -819,16 +638,10 @@ def test_fused_projections_sample_what_separate_ones_sample_after_every_weight_c
     assert fused._graphs.fused is not None and len(fused._graphs.fused) == 4
 
 
-def test_the_finished_check_on_a_cpu_answers_at_once():
-    check = _AllStopped(torch.device("cpu"))
-    assert not check(torch.tensor([True, False]))
-    assert check(torch.tensor([True, True]))
-
-
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and events need CUDA")
 def test_the_finished_check_on_a_gpu_answers_from_the_check_before_and_decodes_what_the_dynamic_cache_does():
-    check = _AllStopped(torch.device("cuda"))
+    check = AllStopped(torch.device("cuda"))
     done = torch.tensor([True, True], device="cuda")
     assert not check(torch.tensor([True, False], device="cuda"))
     assert not check(done)  # the previous check's answer
@@ -838,7 +651,7 @@ def test_the_finished_check_on_a_gpu_answers_from_the_check_before_and_decodes_w
     # greedy: the dynamic cache drops stopped rows, so a sampled draw would differ by the rows left
     params = greedy(60, stop_token_ids=list(range(0, VOCAB, 5)))
     want = HFEngine(model, pad_token_id=0, cache="dynamic").generate(PROMPTS, params)
-    got = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math").generate(PROMPTS, params)
+    got = on_sdpa_math(HFEngine(model, pad_token_id=0, cache="graph")).generate(PROMPTS, params)
     assert [g.token_ids for g in got] == [g.token_ids for g in want]
     assert all(g.finish_reason == "stop" for g in got) and max(len(g.token_ids) for g in got) < 30
 
@@ -856,9 +669,9 @@ def test_split_decode_attention_on_cuda_samples_what_sdpa_samples(compile_decode
     model = tiny_qwen2().cuda()
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
     prompts = PROMPTS * 20  # 140 rows: a batch bucket of 256, and padding rows
-    want = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math").generate(prompts, params)
+    want = on_sdpa_math(HFEngine(model, pad_token_id=0, cache="graph")).generate(prompts, params)
     engine = HFEngine(
-        model, pad_token_id=0, cache="graph", decode_attention="split", compile_decode=compile_decode,
+        model, pad_token_id=0, cache="graph", split_attention=True, compile_decode=compile_decode,
         fuse_projections=fuse_projections,
     )  # fmt: skip
     got = engine.generate(prompts, params)
@@ -867,26 +680,21 @@ def test_split_decode_attention_on_cuda_samples_what_sdpa_samples(compile_decode
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["auto", "math", "matmul"])
-def test_the_decode_attention_context_enters_twice_and_gives_the_setting_back(model, name):
+@pytest.mark.parametrize("split", [False, True])
+def test_the_decode_attention_context_enters_twice_and_gives_the_setting_back(model, split):
     """A capture enters the kernel's context for every forward (warm-ups, then the graph): each entry is fresh."""
     from ragen_lit.engines.decode_graphs import attention_kernel
 
     for _ in range(2):
-        with attention_kernel(model, name):
-            assert model.config._attn_implementation != "sdpa"  # folded sdpa, or the named kernel
+        with attention_kernel(model, split):
+            assert model.config._attn_implementation != "sdpa"  # folded sdpa (a CPU has no split kernels)
     assert model.config._attn_implementation == "sdpa"
 
 
-@pytest.mark.parametrize(
-    ("layers_compiled", "attention"),
-    [(False, "auto"), (True, "auto"), (False, "flex")],
-    ids=["eager-layers", "model.compile", "flex"],
-)
-def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled, attention):
+@pytest.mark.parametrize("layers_compiled", [False, True], ids=["eager-layers", "model.compile"])
+def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled):
     """`compile_decode`: each graph-cache step is the whole forward through torch.compile (on a CPU it runs
-    compiled without a graph); under model.compile the compiled layers are traced as written inside it, and
-    FlexAttention's decoding runs inside the traced step."""
+    compiled without a graph); under model.compile the compiled layers are traced as written inside it."""
     from torch._dynamo.utils import counters
 
     from ragen_lit.models import compile_layers
@@ -897,22 +705,11 @@ def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled, a
     params = SamplingParams(max_new_tokens=10, temperature=1.0, top_p=0.95, seed=3, stop_token_ids=[11, 12])
     eager = HFEngine(model, pad_token_id=0, cache="graph").generate(PROMPTS, params)
     graphs = counters["stats"]["unique_graphs"]
-    compiled = HFEngine(model, pad_token_id=0, cache="graph", compile_decode=True, decode_attention=attention).generate(
-        PROMPTS, params
-    )
+    compiled = HFEngine(model, pad_token_id=0, cache="graph", compile_decode=True).generate(PROMPTS, params)
     assert counters["stats"]["unique_graphs"] > graphs  # dynamo compiled the step for this model
     assert [g.token_ids for g in compiled] == [g.token_ids for g in eager]
     for a, b in zip(compiled, eager):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-
-
-def test_the_config_switches_compiled_decode(model):
-    from ragen_lit.config import load_config
-    from ragen_lit.engines import build_engine
-
-    cfg = load_config(None, ["rollout.hf_compile_decode=true"])
-    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    assert engine.compile_decode is True
 
 
 def next_turns(prompts, generations, seed: int) -> list[list[int]]:
@@ -955,13 +752,13 @@ def three_turns_alike(kept: HFEngine, whole: HFEngine, prompts, params, toleranc
     ],
     ids=["to-length", "stops"],
 )
-@pytest.mark.parametrize("fast", [False, True], ids=["", "fused-split"])
-def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, fast):
+@pytest.mark.parametrize("others", [False, True], ids=["", "fused-split"])
+def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, others):
     """`reuse_turns`: three turns of a rollout, each prompt continuing the last one's prompt and generation. The
     engine that keeps its rows prefills only the new tokens, and samples the tokens and log-probs of the engine
-    that prefills every conversation whole (also with the other decode options of the bench's fastest line: fused
-    projections, and split decoding, which on a CPU is the matmul attention)."""
-    options = {"fuse_projections": True, "decode_attention": "split"} if fast else {}
+    that prefills every conversation whole (also with the fast path's other decode pieces: fused projections, and
+    split decoding, which on a CPU keeps sdpa)."""
+    options = {"fuse_projections": True, "split_attention": True} if others else {}
     kept = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share, reuse_turns=True, **options)
     whole = HFEngine(model, pad_token_id=0, cache="graph", share_prefixes=share)
     a = three_turns_alike(kept, whole, GROUP_PROMPTS, params, tolerance=1e-5)
@@ -971,23 +768,29 @@ def test_kept_turns_sample_what_a_full_prefill_samples(model, share, params, fas
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the split kernels and the captured graphs need CUDA")
-@pytest.mark.parametrize("compile_decode", [False, True], ids=["captured", "compiled-step"])
-def test_kept_turns_on_cuda_prefilled_in_the_decode_slot_sample_what_a_full_prefill_samples(compile_decode):
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        {"reuse_turns": True, "split_attention": True},
+        {"reuse_turns": True, "split_attention": True, "compile_decode": True},
+        fast(),
+    ],
+    ids=["captured", "compiled-step", "whole-fast-path"],
+)
+def test_kept_turns_on_cuda_prefilled_in_the_decode_slot_sample_what_a_full_prefill_samples(pieces):
     """On CUDA a kept turn's new tokens run in the decode slot (sdpa over the bucket under a `[B, 1, S, L]` bias),
-    its steps through the split kernels: three turns of 140 rows (a bucket of 256, with padding rows) against an
-    engine that prefills every conversation whole and decodes with sdpa's math kernel. A float32 model, so the
-    products are exact up to summation order."""
+    its steps through the split kernels (compiled, and with the whole fast path: shared prefixes and fused
+    projections too): three turns of 140 rows (a bucket of 256, with padding rows) against the exact path,
+    decoding with sdpa's math kernel. A float32 model, so the products are exact up to summation order."""
     model = tiny_qwen2().cuda()
     params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5, stop_token_ids=list(range(1, 60)))
-    kept = HFEngine(
-        model, pad_token_id=0, cache="graph", reuse_turns=True, decode_attention="split", compile_decode=compile_decode
-    )
-    whole = HFEngine(model, pad_token_id=0, cache="graph", decode_attention="math")
+    kept = HFEngine(model, pad_token_id=0, cache="graph", **pieces)
+    whole = on_sdpa_math(HFEngine(model, pad_token_id=0, cache="graph"))
     three_turns_alike(kept, whole, GROUP_PROMPTS * 20, params, tolerance=1e-4)
 
 
 def test_kept_rows_prefill_only_the_new_tokens(model):
-    engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True, pad_widths=False)
+    engine = HFEngine(model, pad_token_id=0, cache="graph", reuse_turns=True)
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=6)
     generations = engine.generate(GROUP_PROMPTS, params)
     following = next_turns(GROUP_PROMPTS, generations, seed=0)
@@ -1033,7 +836,7 @@ def test_kept_rows_are_found_by_length_and_last_tokens():
     """Row keys by hand (`_KEY_TOKENS` = 8): the last 8 tokens of prompt + generation, from either or both."""
     prompts, generations = [[1, 2, 3], [4] * 10, [5]], [[7, 8], [], [6] * 9]
     mask = torch.ones(3, 10, dtype=torch.bool)
-    kept = _KeptRows(None, prompts, generations, mask, mask.sum(-1), fed=9)
+    kept = KeptRows(None, prompts, generations, mask, mask.sum(-1), fed=9)
     assert kept._index == {(5, (1, 2, 3, 7, 8)): [0], (10, (4,) * 8): [1], (10, (6,) * 8): [2]}
     assert kept.continued([[5, *[6] * 9, 2], [1, 2, 3, 7, 8, 9], [4] * 11]) == [2, 0, 1]
     assert kept.continued([[1, 2, 3, 7, 8]]) is None  # continues by no token
@@ -1047,12 +850,3 @@ def test_a_kept_turn_checks_its_new_ids_against_the_vocabulary(model):
     following = next_turns(GROUP_PROMPTS, generations, seed=3)
     with pytest.raises(ValueError, match=r"\[0, 300\)"):
         engine.generate([*following[:-1], [*following[-1], VOCAB]], params)
-
-
-def test_the_config_switches_kept_turns(model):
-    from ragen_lit.config import load_config
-    from ragen_lit.engines import build_engine
-
-    cfg = load_config(None, ["rollout.hf_reuse_turns=true"])
-    engine = build_engine(cfg.rollout, cfg.model, policy=model, model_path="unused", pad_token_id=0, seed=0)
-    assert engine.reuse_turns is True

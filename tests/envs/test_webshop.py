@@ -13,10 +13,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from ragen_lit.envs import make_env
-from ragen_lit.envs.webshop import (
+from ragen_lit.envs.webshop import WebShopEnv
+from ragen_lit.envs.webshop_catalog import (
     Goal,
     Product,
-    WebShopEnv,
     attribute_matches,
     default_data_path,
     load_shop,

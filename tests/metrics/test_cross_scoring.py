@@ -14,7 +14,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from ragen_lit.metrics import cross_score, cross_score_scopes, cross_scoring
+from ragen_lit.metrics import cross_score, cross_score_scopes, cross_scoring, packed_scoring
 
 # continuing a KV cache; CI also runs these at the lowest declared versions
 pytestmark = pytest.mark.floors
@@ -340,7 +340,7 @@ def test_varlen_packs_each_groups_prefixes_once_and_its_rows_end_to_end():
     ],
 )
 def test_varlen_groups_prompts_while_their_prefixes_fit_one_forward(lengths, bound, groups):
-    assert cross_scoring._packed_groups(lengths, bound) == groups
+    assert packed_scoring._packed_groups(lengths, bound) == groups
 
 
 @pytest.mark.parametrize("kind, attention", [("qwen2", "varlen"), ("llama", "varlen"), ("qwen2", "efficient")])
@@ -422,7 +422,7 @@ def test_reasonings_given_as_a_function_are_made_once_the_first_prefixes_are_que
     ],
 )
 def test_rows_are_packed_into_as_few_forwards_as_the_bound_allows_with_about_equal_tokens(sizes, wanted, bound):
-    batches = cross_scoring._pack_tokens(sizes, wanted, bound)
+    batches = packed_scoring._pack_tokens(sizes, wanted, bound)
     rows = [(member, k) for k in range(len(sizes)) for member, ks in enumerate(wanted) if k in ks]
     assert sorted(row for batch in batches for row in batch) == sorted(rows)  # every wanted row once
     assert all(batch == sorted(batch, key=lambda row: row[0]) for batch in batches)  # by member, for the segments

@@ -133,6 +133,23 @@ def test_models_without_repeated_layers_are_refused():
         compile_layers(torch.nn.Linear(2, 2))
 
 
+def test_auto_compile_leaves_a_model_without_repeated_layers_eager_and_true_refuses_it():
+    """`model.compile=null` resolves to on where a GPU is used; a model it cannot compile then stays eager."""
+    from types import SimpleNamespace
+
+    from ragen_lit.config import load_config
+    from ragen_lit.training.module import AgentRLModule
+
+    module = SimpleNamespace(
+        _configured=False, device_mesh=None, cfg=load_config(None, []), compiled=True, policy=torch.nn.Linear(2, 2)
+    )
+    AgentRLModule.configure_model(module)  # as on a GPU, with the auto setting
+    assert module._configured
+    module.cfg.model.compile, module._configured = True, False
+    with pytest.raises(ConfigError, match="model.compile"):
+        AgentRLModule.configure_model(module)
+
+
 def test_cross_scoring_with_the_compiled_head_matches_the_eager_head(monkeypatch):
     from ragen_lit import logprobs
     from ragen_lit.metrics import cross_score

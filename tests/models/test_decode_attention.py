@@ -1,5 +1,6 @@
-"""`models.decode_attention`: the one-token decode kernels equal sdpa over repeated keys and values, a model under
-`decode_attention` gives the same logits, and a compiled one-token forward under `folded_gqa` copies no keys."""
+"""`models.decode_attention`: a model under `split_decode_attention` steps as under sdpa and gets its setting back
+(on a CPU, where Triton does not run, it stays on folded sdpa; the split kernels themselves are tested against sdpa
+in tests/kernels/test_split_decode.py), and a compiled one-token forward under `folded_gqa` copies no keys."""
 
 from __future__ import annotations
 
@@ -9,48 +10,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, StaticCache
 from transformers.integrations import sdpa_attention
 
 from ragen_lit.models import forward_cache_keyword
-from ragen_lit.models.decode_attention import KERNELS, decode_attention, flex_decode, matmul_decode, split_decode
+from ragen_lit.models.decode_attention import split_decode_attention
 from ragen_lit.models.gqa_attention import folded_gqa
-
-
-def repeated(query, key, value, bias):
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias[:, None, None, :])
-
-
-def decode_case(heads=6, kv_heads=2, dim=16):
-    """One query token per row over 3 rows of 32 cached positions, each row masking its own positions."""
-    torch.manual_seed(0)
-    batch, length = 3, 32
-    query = torch.randn(batch, heads, 1, dim)
-    key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
-    keep = torch.ones(batch, length, dtype=torch.bool)
-    keep[0, 20:] = False  # the unused end of a cache bucket
-    keep[1, :5] = False  # left padding
-    keep[2, 7:12] = False
-    bias = torch.zeros(batch, length).masked_fill(~keep, torch.finfo(torch.float32).min)
-    return query, key, value, bias
-
-
-@pytest.mark.parametrize("kernel", [flex_decode, matmul_decode, split_decode], ids=["flex", "matmul", "split"])
-@pytest.mark.parametrize("heads", [6, 14], ids=["G3", "G7"])  # 7: Qwen2.5-0.5B's group, not a power of two
-def test_decode_kernels_equal_sdpa_over_repeated_keys(kernel, heads):
-    query, key, value, bias = decode_case(heads=heads)
-    want = repeated(query, key, value, bias)
-    torch.testing.assert_close(kernel(query, key, value, bias), want)
-    # an explicit scale is the scale used (here twice the default)
-    torch.testing.assert_close(
-        kernel(query, key, value, bias, scale=2 / 16**0.5), repeated(query * 2, key, value, bias), atol=2e-5, rtol=1e-4
-    )
-
-
-def test_masked_positions_get_no_weight():
-    query, key, value, bias = decode_case()
-    value_poisoned = value.clone()
-    value_poisoned[0, :, 20:] = 1e4  # masked in row 0 only
-    for kernel in (flex_decode, matmul_decode, split_decode):
-        torch.testing.assert_close(kernel(query, key, value_poisoned, bias)[0], kernel(query, key, value, bias)[0])
 
 
 def small_qwen2() -> Qwen2ForCausalLM:
@@ -92,22 +53,28 @@ def step_after_prefill(model, step=one_token_step):
     return step(model, next_ids, mask, positions, cache)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_a_model_under_decode_attention_steps_as_under_sdpa_and_gets_its_setting_back(kernel):
+def test_a_model_under_split_decode_attention_steps_as_under_sdpa_and_gets_its_setting_back():
     model = small_qwen2()
     with torch.no_grad():
         want = step_after_prefill(model)
-        with decode_attention(model, kernel):
-            assert model.config._attn_implementation == f"ragen_decode_{kernel}"
-            got = step_after_prefill(model)  # the prefill goes to the folded sdpa path
+        with split_decode_attention(model):
+            assert model.config._attn_implementation == "ragen_folded_gqa"  # no Triton on a CPU: folded sdpa
+            got = step_after_prefill(model)
     assert model.config._attn_implementation == "sdpa"
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def test_an_unknown_kernel_is_refused():
-    with pytest.raises(ValueError, match="kernel must be one of"):
-        with decode_attention(small_qwen2(), "flash"):
-            pass
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the split kernels need CUDA")
+def test_on_cuda_one_token_steps_run_the_split_kernels_and_equal_sdpa():
+    model = small_qwen2().cuda()
+    with torch.no_grad(), torch.device("cuda"):
+        want = step_after_prefill(model)
+        with split_decode_attention(model):
+            assert model.config._attn_implementation == "ragen_split_decode"
+            got = step_after_prefill(model)  # the prefill goes to the folded sdpa path, the step to the kernels
+    assert model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
 def test_a_compiled_one_token_step_under_folded_gqa_repeats_no_keys(monkeypatch):

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from ragen_lit import diagnose
 from ragen_lit.config import ModelConfig, TrainerConfig
+from ragen_lit.diagnose import run as diagnose
 from ragen_lit.engines import vllm
 from ragen_lit.models import DTYPES, resolve_dtype
 from ragen_lit.parallel import fsdp

@@ -102,3 +102,14 @@ def test_the_readme_test_command_runs_the_floors_tests_in_the_floors_venv():
     # the tests marked cuda need a GPU, which CI lacks (they run with `pytest -m cuda` on one)
     assert re.search(r"\.venv-floors/bin/python -m pytest -m \"floors and not slow and not cuda\"", script)
     assert re.search(r"\.venv/bin/python -m pytest -m \"not vllm and not cuda\"", script)
+
+
+def test_model_compile_auto_is_on_where_a_gpu_is_used(monkeypatch):
+    from ragen_lit.models import resolve_compile
+
+    monkeypatch.setattr(loaders.torch.cuda, "is_available", lambda: True)
+    assert resolve_compile(None, "auto") and resolve_compile(None, "gpu")
+    assert not resolve_compile(None, "cpu")  # a GPU machine told to use the CPU: as a CPU run always did
+    monkeypatch.setattr(loaders.torch.cuda, "is_available", lambda: False)
+    assert not resolve_compile(None, "auto")
+    assert resolve_compile(True, "cpu") and not resolve_compile(False, "auto")  # an explicit setting wins

@@ -188,7 +188,7 @@ def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
         with_kwargs=True,
     )
     module = SimpleNamespace(
-        cfg=load_config(None, []), sharded=True, _fsdp=SimpleNamespace(scorer=lambda model: scorer)
+        cfg=load_config(None, []), sharded=True, compiled=False, _fsdp=SimpleNamespace(scorer=lambda model: scorer)
     )
     mask = torch.ones(2, 3, dtype=torch.bool)
     batch = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": mask, "loss_mask": mask}

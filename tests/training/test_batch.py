@@ -7,6 +7,7 @@ import torch
 from ragen_lit.training.batch import (
     GPU_PAD_MULTIPLE,
     merge_micro_batches,
+    micro_batch_rows,
     micro_batches,
     pad_multiple,
     token_budget_bounds,
@@ -87,3 +88,9 @@ def test_auto_pad_multiple_is_64_on_a_gpu_and_off_on_a_cpu_or_when_packing():
     assert pad_multiple(0, False, cpu) == 1
     assert pad_multiple(32, False, cpu) == 32  # an explicit setting wins everywhere
     assert pad_multiple(1, False, cuda) == 1
+
+
+def test_auto_micro_batches_are_16_rows_on_a_gpu_and_8_on_a_cpu():
+    assert micro_batch_rows(0, torch.device("cuda")) == 16
+    assert micro_batch_rows(0, torch.device("cpu")) == 8  # what a CPU run always used
+    assert micro_batch_rows(3, torch.device("cuda")) == micro_batch_rows(3, torch.device("cpu")) == 3

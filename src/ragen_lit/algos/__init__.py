@@ -1,5 +1,6 @@
-"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, reward shaping, presets,
-the learning-rate schedule."""
+"""The algorithm core as pure tensor functions (no Lightning): advantages, losses, reward shaping, the learning-rate
+schedule. The presets and the names each function accepts live in `ragen_lit.choices` (torch-free, for the config)
+and are re-exported here."""
 
 from ragen_lit.algos.advantages import (
     KEEP_RATE_SCALINGS,
@@ -23,9 +24,9 @@ from ragen_lit.algos.losses import (
     policy_loss,
     value_loss,
 )
-from ragen_lit.algos.presets import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
 from ragen_lit.algos.reward_shaping import overlong_penalty
 from ragen_lit.algos.schedule import LR_DECAYS, lr_factor
+from ragen_lit.choices import ADVANTAGE_ESTIMATORS, PRESETS, uses_critic
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -13,9 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from ragen_lit.algos.presets import uses_critic
-
-KEEP_RATE_SCALINGS = ("none", "linear", "sqrt")
+from ragen_lit.choices import KEEP_RATE_SCALINGS, uses_critic
 
 
 def _check_token_tensors(mask: torch.Tensor, **tensors: torch.Tensor) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import torch
 
 from ragen_lit.algos.advantages import _check_token_tensors
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+from ragen_lit.choices import KL_ESTIMATORS, LOSS_AGG_MODES
 
 # Keeps exp() and its gradient finite for wildly off-policy tokens (|log ρ| > 20 means ρ > 4.8e8).
 _MAX_LOG_RATIO = 20.0

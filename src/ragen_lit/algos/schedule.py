@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-LR_DECAYS = ("constant", "linear", "cosine")
+from ragen_lit.choices import LR_DECAYS
 
 
 def lr_factor(step: int, *, warmup_steps: int, total_steps: int, decay: str, min_ratio: float) -> float:

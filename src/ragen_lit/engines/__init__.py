@@ -4,17 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from ragen_lit.engines.base import (
-    DECODE_ATTENTION_KERNELS,
-    ENGINES,
-    HF_CACHE_MODES,
-    Engine,
-    Generation,
-    SamplingParams,
-)
+from ragen_lit.choices import ENGINES, HF_CACHE_MODES
+from ragen_lit.engines.base import Engine, Generation, SamplingParams
 
 __all__ = [
-    "DECODE_ATTENTION_KERNELS",
     "ENGINES",
     "HF_CACHE_MODES",
     "Engine",
@@ -27,10 +20,10 @@ __all__ = [
 def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, pad_token_id: int, seed: int) -> Engine:
     """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config), holding the
     weights in `rollout_cfg.dtype` (null: `model_cfg.dtype`): transformers generating with `policy` itself (or with
-    a copy of it in `rollout_cfg.dtype`), or vLLM loading the weights at `model_path`; the trainer syncs the policy
-    into either before every rollout."""
+    a copy of it in `rollout_cfg.dtype`), its graph cache on the fast path unless `rollout_cfg.exact`, or vLLM
+    loading the weights at `model_path`; the trainer syncs the policy into either before every rollout."""
     if rollout_cfg.engine == "hf":
-        from ragen_lit.engines.hf import HFEngine
+        from ragen_lit.engines.hf import FAST_PATH, HFEngine
         from ragen_lit.models import DTYPES
 
         return HFEngine(
@@ -38,13 +31,8 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             pad_token_id=pad_token_id,
             max_batch_size=rollout_cfg.max_batch_size,
             cache=rollout_cfg.hf_cache,
-            share_prefixes=rollout_cfg.hf_share_prefixes,
-            reuse_turns=rollout_cfg.hf_reuse_turns,
-            pad_widths={"auto": None, "on": True, "off": False}[rollout_cfg.hf_pad_prefill],
-            decode_attention=rollout_cfg.hf_decode_attention,
-            compile_decode=rollout_cfg.hf_compile_decode,
-            fuse_projections=rollout_cfg.hf_fuse_projections,
             dtype=None if rollout_cfg.dtype is None else DTYPES[rollout_cfg.dtype],
+            **dict.fromkeys(FAST_PATH, not rollout_cfg.exact),
         )
     if rollout_cfg.engine == "vllm":
         from ragen_lit.engines.vllm import VLLMEngine

@@ -13,13 +13,6 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-ENGINES = ("hf", "vllm")
-# the hf engine's decode loops; here rather than in hf.py so the config reads them without importing transformers
-HF_CACHE_MODES = ("auto", "dynamic", "static", "graph")
-# the attention kernels cache="graph" can capture its decode steps on: sdpa's (auto: PyTorch's choice) or
-# `models.decode_attention`'s
-DECODE_ATTENTION_KERNELS = ("auto", "cudnn", "efficient", "math", "flex", "matmul", "split")
-
 
 @dataclass
 class SamplingParams:

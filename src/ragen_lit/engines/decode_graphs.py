@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Cache, StaticCache
 
 from ragen_lit.models import forward_cache_keyword, kv_heads_and_dim
-from ragen_lit.models.decode_attention import KERNELS, decode_attention
+from ragen_lit.models.decode_attention import split_decode_attention
 from ragen_lit.models.fused_projections import FusedProjections
 from ragen_lit.models.gqa_attention import folded_gqa
 from ragen_lit.shapes import round_up
@@ -42,15 +41,6 @@ _MAX_SLOTS = 8
 _MAX_CACHE_FRACTION = 0.25
 # Warm-up forwards before a capture (lazy initialisation, cuBLAS workspaces, autotuning).
 _WARMUP_FORWARDS = 2
-# `attention`: the kernel a step's attention runs, sdpa's ("auto": PyTorch's choice, cuDNN on Hopper) or one of
-# `models.decode_attention.KERNELS` (None here); keys are `base.DECODE_ATTENTION_KERNELS`
-DECODE_ATTENTION = {
-    "auto": None,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "math": SDPBackend.MATH,
-    **dict.fromkeys(KERNELS),
-}
 
 
 def decode_step(
@@ -83,19 +73,11 @@ def compiled_step():
     return torch.compile(decode_step, fullgraph=True)
 
 
-@contextmanager
-def attention_kernel(model: torch.nn.Module, name: str):
-    """Inside: `model`'s one-token steps attend with the `name` kernel: `decode_attention`'s for its `KERNELS`, else
-    sdpa's `DECODE_ATTENTION[name]` (PyTorch's choice for "auto") with the grouped query heads folded
+def attention_kernel(model: torch.nn.Module, split: bool):
+    """Inside: `model`'s one-token steps attend with flash-decoding's kernels (`split`, where Triton runs; see
+    `models.decode_attention`), else with sdpa (PyTorch's choice of kernel) with the grouped query heads folded
     (`folded_gqa`: no key/value copies, also inside `torch.compile`). A fresh context at every call."""
-    with ExitStack() as stack:
-        if name in KERNELS:
-            stack.enter_context(decode_attention(model, name))
-        else:
-            stack.enter_context(folded_gqa(model))
-            if DECODE_ATTENTION[name] is not None:
-                stack.enter_context(sdpa_kernel([DECODE_ATTENTION[name]]))
-        yield
+    return split_decode_attention(model) if split else folded_gqa(model)
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -133,12 +115,12 @@ class DecodeSlot:
         batch_size: int,
         length: int,
         device: torch.device,
-        attention: str = "auto",
+        split_attention: bool = False,
         compiled: bool = False,
         fused: FusedProjections | None = None,
     ):
         self.model = model
-        self.attention = attention
+        self.split_attention = split_attention
         self.compiled = compiled
         self.fused = fused
         self.cache_keyword = forward_cache_keyword(model)
@@ -158,11 +140,11 @@ class DecodeSlot:
         )
 
     def forward(self) -> torch.Tensor:
-        """One forward over the static buffers (eager, or `compiled_step`'s), its attention on the `attention`
+        """One forward over the static buffers (eager, or `compiled_step`'s), its attention on `attention_kernel`'s
         kernel: logits `[B, V]` of the next token."""
         step = compiled_step() if self.compiled else decode_step
         with (
-            attention_kernel(self.model, self.attention),
+            attention_kernel(self.model, self.split_attention),
             self.fused.applied() if self.fused is not None else nullcontext(),
         ):
             return step(self.model, self.input_ids, self.mask, self.position_ids, self.cache, self.cache_keyword)
@@ -222,7 +204,7 @@ class DecodeSlot:
         on top of the columns before (`adopt`), then start decoding after them as `load` does. `prompt_mask:
         [b, width + S] bool` the positions each row attends, `position_ids: [b, S]`. Each new token attends its
         row's masked positions up to its own column: sdpa over the whole bucket under a `[B, 1, S, L]` bias (the
-        slot's one-token kernels serve the decode steps; its sdpa backend, if one is named, serves this too).
+        slot's one-token kernels serve the decode steps only).
         Padding rows of the bucket attend column 0. Returns the logits of each row's last token, `[b, V]`."""
         batch, new = input_ids.shape
         device = input_ids.device
@@ -239,7 +221,7 @@ class DecodeSlot:
         causal = columns[None, :] <= width + torch.arange(new, device=device)[:, None]  # [S, L]
         bias = torch.zeros(self.batch_size, 1, new, self.length, dtype=self.mask.dtype, device=device)
         bias.masked_fill_(~(attend[:, None, None, :] & causal), self.mask_min)
-        with attention_kernel(self.model, self.attention):
+        with attention_kernel(self.model, self.split_attention):
             logits = decode_step(self.model, ids, bias, positions, self.cache, self.cache_keyword)
         self._start_decoding(prompt_mask, prompt_mask.sum(-1))
         return logits[:batch]
@@ -264,19 +246,17 @@ class DecodeGraphs:
         model: torch.nn.Module,
         max_batch_size: int,
         max_cache_bytes: int | None = None,
-        attention: str = "auto",
+        split_attention: bool = False,
         compiled: bool = False,
         fuse_projections: bool = False,
     ):
         """`max_cache_bytes`: most bytes of static caches kept across slots (default: a quarter of the
-        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `attention`: the attention
-        kernel of the steps (a `DECODE_ATTENTION` key). `compiled`: each slot's step is the whole forward
+        GPU's memory on CUDA, unbounded elsewhere); the slot in use is always kept. `split_attention`: the steps
+        attend with flash-decoding's kernels (`attention_kernel`). `compiled`: each slot's step is the whole forward
         through `torch.compile` (`compiled_step`), captured like the eager one. `fuse_projections`: the steps run
         the projections that share an input as one product (`models.fused_projections`; `refresh` before use)."""
-        if attention not in DECODE_ATTENTION:
-            raise ValueError(f"attention must be one of {tuple(DECODE_ATTENTION)}, got {attention!r}")
         self.model = model
-        self.attention = attention
+        self.split_attention = split_attention
         self.compiled = compiled
         self.max_batch_size = max_batch_size
         self.max_cache_bytes = max_cache_bytes
@@ -308,7 +288,7 @@ class DecodeGraphs:
         if slot is None:
             while len(self._slots) >= _MAX_SLOTS:
                 self._slots.popitem(last=False)
-            slot = DecodeSlot(self.model, *key, device, self.attention, self.compiled, self.fused)
+            slot = DecodeSlot(self.model, *key, device, self.split_attention, self.compiled, self.fused)
             if device.type == "cuda":
                 slot.capture()
         budget = self.max_cache_bytes

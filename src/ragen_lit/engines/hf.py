@@ -5,17 +5,22 @@ them into chunks of `max_batch_size` rows, and for each chunk
 
 1. prefills every distinct prompt once (left-padded; position ids from the attention-mask cumsum)
    and copies its cache rows to each rollout sharing it (turn 1 of a group: 16 rollouts, 1 prompt);
-   with `share_prefixes`, where prompts share a long prefix without being identical (later turns of a
-   group start with the same first prompt), the prefix once and then each row's own suffix, if that
-   computes fewer positions;
-2. decodes token by token with a transformers KV cache (`DynamicCache`, or `StaticCache` with
-   cache="static"), sampling all rows at once (`sample_next_tokens`) and detecting stop tokens /
-   stop sequences with tensor ops;
-3. drops finished rows from the batch and the cache once a tenth of the rows in it have finished.
+2. decodes token by token (`decode_loops`): with a transformers KV cache (`DynamicCache`, or `StaticCache`
+   with cache="static"), dropping finished rows from the batch as it goes; or with cache="graph" (the default on
+   GPU, see `decode_graphs.py`) in a preallocated static cache, one captured CUDA graph replayed per token.
 
-With cache="graph" (the default on GPU, see `decode_graphs.py`) step 2 instead copies the prefix
-into a preallocated static cache and replays one captured CUDA graph per token with fixed shapes,
-keeping finished rows until the chunk is done (step 3 is skipped).
+The graph cache has a fast path, each piece an engine argument, that samples within rounding of the plain one
+(the same distribution; a token can differ where a draw falls within rounding of a boundary), and that
+`rollout.exact=false` turns on as a whole:
+
+- `share_prefixes`: a prefix that several prompts share without being identical (the later turns of a group start
+  with its first prompt) is prefilled once, then each row's own suffix (`prefill.shared_prefix_plan`);
+- `reuse_turns`: each row's cache is kept after a call, so that the next turn prefills only its new tokens
+  (`kept_turns`);
+- `split_attention`: the decode steps attend with flash-decoding's Triton kernels (`kernels.split_decode`);
+- `fuse_projections`: the decode steps run q|k|v and gate|up as one matrix product each
+  (`models.fused_projections`);
+- `compile_decode`: each decode step is the whole forward through `torch.compile`, captured like the eager one.
 
 The engine shares the policy module with the trainer, so `sync` only swaps the reference and the
 engine always samples from the current weights (token-in/token-out: the ids it returns are the ids
@@ -27,232 +32,24 @@ overwrites in place (captured decode graphs stay valid).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch.profiler import record_function
 from transformers import Cache, DynamicCache, StaticCache
 
-from ragen_lit.engines.base import HF_CACHE_MODES, Generation, SamplingParams, validate_request
-from ragen_lit.engines.decode_graphs import DECODE_ATTENTION, DecodeGraphs, DecodeSlot, unsupported_reason
+from ragen_lit.choices import HF_CACHE_MODES
+from ragen_lit.engines.base import Generation, SamplingParams, validate_request
+from ragen_lit.engines.decode_graphs import DecodeGraphs, DecodeSlot, unsupported_reason
+from ragen_lit.engines.decode_loops import Stops, decode_dynamic, decode_fixed
+from ragen_lit.engines.kept_turns import KeptRows
+from ragen_lit.engines.prefill import PrefixPlan, left_pad, shared_prefix_plan
 from ragen_lit.models import forward_cache_keyword
 from ragen_lit.models.gqa_attention import folded_gqa
-from ragen_lit.shapes import round_up
 
-# `pad_widths`: prefill forwards are left-padded to a multiple of this many positions
-PREFILL_MULTIPLE = 64
-
-# Dropping finished rows costs one copy of the cache. Measured on 2 busy CPU cores (1 thread; tiny-model
-# shape, 128 rows in groups of 16, ~250-token prompts, up to 100 new tokens, rows ending at random),
-# median tokens/s dynamic/static cache: never drop 272/332, drop at 50% 308/503, at 25% 446/616,
-# at 10% 547/690, at 3% 562/601.
-_DROP_FINISHED_FRACTION = 0.1
-
-# `sample_next_tokens(full_vocabulary=...)`: the ways a draw over the whole vocabulary is made
-FULL_VOCABULARY_DRAWS = ("inverse_cdf", "gumbel", "philox")
-
-# Tokens tried before a full sort when sampling with top-p alone (see `sample_next_tokens`).
-_NUCLEUS_PROBE = 256
-
-# cache="graph": how often (decode steps) the loop asks the device whether every row has stopped.
-_FINISHED_CHECK_EVERY = 8
-
-
-def left_pad(
-    prompts: Sequence[Sequence[int]],
-    pad_token_id: int,
-    device: torch.device,
-    multiple: int = 1,
-    vocab_size: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token-id lists into one batch.
-
-    Returns `input_ids: [B, L] long` (pad_token_id on the left) and `attention_mask: [B, L] bool`
-    (True on prompt tokens), where L is the longest prompt rounded up to a multiple of `multiple`.
-    With `vocab_size`, raises ValueError for an id outside `[0, vocab_size)` (pad_token_id included).
-    """
-    longest = max(len(p) for p in prompts)
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
-    width = round_up(longest, multiple)
-    attention_mask = torch.arange(width, device=device) >= (width - lengths)[:, None]
-    # filled on the host, row by row from the lists, and copied once: 7x faster than one tensor of all the ids put
-    # through the mask (which also waited for the device), at 128 rows of ~1.3k ids
-    input_ids = np.full((len(prompts), width), pad_token_id, dtype=np.int64)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = prompt
-    # checked on the host array, not on the device tensor (reading a device value back would make the host wait for
-    # all queued work), nor on the lists: at 128 rows of ~1.7k ids a CPU core took 4 ms over them, 0.1 ms here
-    if vocab_size is not None and (input_ids.min() < 0 or input_ids.max() >= vocab_size):
-        raise ValueError(f"prompt token ids must be in [0, {vocab_size}), got ids outside that range")
-    return torch.from_numpy(input_ids).to(device), attention_mask
-
-
-def sample_next_tokens(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    generator: torch.Generator | None,
-    full_vocabulary: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row and return its log-prob under the temperature-scaled distribution.
-
-    `logits: [B, V]`. Temperature 0 is greedy (argmax; log-prob under T = 1). Otherwise the
-    candidates are the `top_k` most likely tokens (all if 0), then the smallest prefix of them
-    (by descending probability, renormalised over the candidates) whose mass reaches `top_p`;
-    a token is drawn from the renormalised candidates. The returned log-prob is
-    log_softmax(logits / T) over the full vocabulary, before truncation.
-
-    `full_vocabulary`: how a draw over the whole vocabulary (no top-k, top-p 1) is made, "inverse_cdf"
-    (`_inverse_cdf_sample`: one uniform per row, several passes over [B, V] in float32), "gumbel" (`gumbel_max`: V
-    uniforms per row drawn into a tensor) or "philox" (`engines.gumbel_kernel`: the Gumbel-max draw in two Triton
-    kernels that make their uniforms in registers, from a seed drawn from `generator`; needs a CUDA device or
-    Triton's interpreter); None: `default_full_vocabulary_draw`. The same distribution, other draws.
-
-    Returns `token_ids: [B] long`, `logprobs: [B] float32`.
-    """
-    if full_vocabulary not in (None, *FULL_VOCABULARY_DRAWS):
-        raise ValueError(f"full_vocabulary must be None or one of {FULL_VOCABULARY_DRAWS}, got {full_vocabulary!r}")
-    vocab_size = logits.shape[-1]
-    if temperature != 0 and not 0 < top_k < vocab_size and top_p >= 1:
-        method = full_vocabulary or default_full_vocabulary_draw(logits.is_cuda)
-        if method == "gumbel":
-            uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
-            return gumbel_max(logits, uniform, float(temperature))
-        if method == "philox":
-            from ragen_lit.engines.gumbel_kernel import gumbel_sample  # Triton: CUDA machines (or its interpreter)
-
-            seed = torch.randint(0, 2**62, (1,), generator=generator, device=logits.device)
-            return gumbel_sample(logits, float(temperature), seed)
-    logits = logits.float()
-    if temperature == 0:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        token_ids = logprobs.argmax(dim=-1)
-        return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
-    # x / 1.0 == x exactly: skip a pass over [B, V] at the default temperature
-    logprobs = torch.log_softmax(logits if temperature == 1 else logits / temperature, dim=-1)
-    candidate_logprobs, candidate_ids = logprobs, None
-    if 0 < top_k < vocab_size:
-        candidate_logprobs, candidate_ids = logprobs.topk(top_k, dim=-1)
-        candidate_logprobs = torch.log_softmax(candidate_logprobs, dim=-1)
-    elif top_p < 1:
-        # A full-vocabulary sort is slow on CPU; the nucleus usually lies inside the most likely few
-        # hundred tokens, and when their mass reaches top_p in every row that prefix is exact.
-        candidate_logprobs, candidate_ids = logprobs.topk(min(vocab_size, _NUCLEUS_PROBE), dim=-1)
-        if bool((candidate_logprobs.exp().sum(dim=-1) < top_p).any()):
-            candidate_logprobs, candidate_ids = logprobs.sort(dim=-1, descending=True)
-    if top_p < 1:
-        candidate_probs = candidate_logprobs.exp()
-        mass_before = candidate_probs.cumsum(dim=-1) - candidate_probs
-        # The most likely token always has mass_before == 0 < top_p, so no row is emptied.
-        candidate_logprobs = candidate_logprobs.masked_fill(mass_before >= top_p, float("-inf"))
-    choice = _inverse_cdf_sample(candidate_logprobs.exp(), generator)
-    token_ids = choice if candidate_ids is None else candidate_ids.gather(-1, choice[:, None])[:, 0]
-    return token_ids, logprobs.gather(-1, token_ids[:, None])[:, 0]
-
-
-def default_full_vocabulary_draw(is_cuda: bool) -> str:
-    """`sample_next_tokens`' draw when none is named: "philox" on CUDA where Triton is installed (PyTorch's CUDA builds
-    for Linux bring it), "gumbel" on CUDA without it, "inverse_cdf" elsewhere (V uniforms per row are slow there)."""
-    if not is_cuda:
-        return "inverse_cdf"
-    return "philox" if importlib.util.find_spec("triton") is not None else "gumbel"
-
-
-def gumbel_max(logits: torch.Tensor, uniform: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A draw from softmax(logits / T) per row by the Gumbel-max trick: argmax(logits / T - log(-log u)) with
-    `uniform: [B, V]` i.i.d. in [0, 1); and its log-prob log_softmax(logits / T) at the drawn token (one
-    log-sum-exp). The reference of `engines.gumbel_kernel`, which makes its uniforms inside its kernels (CUDA's
-    default). Returns `token_ids: [B] long`, `logprobs: [B] float32`."""
-    scaled = logits.float() / temperature
-    token_ids = (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
-    chosen = scaled.gather(-1, token_ids[:, None])[:, 0]
-    return token_ids, chosen - torch.logsumexp(scaled, dim=-1)
-
-
-def _inverse_cdf_sample(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw index i of each row with probability weights[i] / sum(weights) (`weights: [B, V] >= 0`).
-
-    One uniform per row against the cumulative weights: an order of magnitude faster on CPU than
-    `torch.multinomial`, which spends V random numbers per row. A zero-weight index is never drawn,
-    because the first cumulative weight above u * total has a positive increment.
-    """
-    cumulative = weights.cumsum(dim=-1)
-    uniform = torch.rand(weights.shape[0], 1, generator=generator, device=weights.device)
-    index = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)[:, 0]
-    return index.clamp(max=weights.shape[-1] - 1)
-
-
-def ends_with_stop_sequence(generated: torch.Tensor, stop_sequences: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Which rows' generated ids currently end with one of the stop sequences.
-
-    `generated: [B, t] long` (the ids generated so far); each `stop_sequences[j]: [S_j, m_j] long`
-    holds all stop sequences of length m_j. Returns `hits: [B] bool`.
-    """
-    hits = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
-    for sequences in stop_sequences:
-        length = sequences.shape[1]
-        if length <= generated.shape[1]:
-            tail = generated[:, -length:]
-            hits |= (tail[:, None, :] == sequences[None]).all(dim=-1).any(dim=-1)
-    return hits
-
-
-@dataclass
-class PrefixPlan:
-    """How a chunk's prompts share prefixes: `prefixes[k]` is computed once, then row b continues prefix
-    `prefix_of[b]` with its own `suffixes[b]` (at least one token)."""
-
-    prefixes: list[list[int]]
-    prefix_of: list[int]
-    suffixes: list[list[int]]
-
-    def padded_tokens(self) -> int:
-        """Positions the two prefill forwards compute: distinct prefixes x the longest, rows x the longest suffix."""
-        return len(self.prefixes) * max(map(len, self.prefixes)) + len(self.suffixes) * max(map(len, self.suffixes))
-
-
-def shared_prefix_plan(prompts: Sequence[list[int]]) -> PrefixPlan:
-    """Split the prompts into runs that share a prefix, saving the most prefix tokens.
-
-    In lexicographic order, prompts sharing a prefix are adjacent, and a run of them shares the smallest
-    common-prefix length of its neighbours. A run of m prompts sharing p tokens saves (m - 1) * p; the runs
-    are chosen by dynamic programming over the sorted order (O(n^2) at most, n = chunk rows; a run grows only while
-    its prompts share a token, so about n x the group size for groups that share nothing). Each prompt keeps at
-    least its last token as suffix (its logits start the sampling); a run of one has the prompt minus its last
-    token as prefix. Example: [1,2,3,4], [1,2,3,5], [9,9] -> prefixes [1,2,3] and [9], suffixes [4], [5], [9].
-    """
-    order = sorted(range(len(prompts)), key=prompts.__getitem__)
-    common = [0] * len(order)  # common[j]: shared prefix length of sorted prompts j - 1 and j
-    for j in range(1, len(order)):
-        a, b = prompts[order[j - 1]], prompts[order[j]]
-        n = min(len(a), len(b))
-        common[j] = next((k for k in range(n) if a[k] != b[k]), n)
-    # best[j]: the most tokens saved by runs covering sorted prompts 0..j-1; start[j]: where the last run starts
-    best, start = [0] * (len(order) + 1), [0] * (len(order) + 1)
-    for j in range(1, len(order) + 1):
-        shared = len(prompts[order[j - 1]]) - 1
-        best[j], start[j] = best[j - 1], j - 1
-        for i in range(j - 2, -1, -1):  # run i..j-1
-            shared = min(shared, common[i + 1], len(prompts[order[i]]) - 1)
-            if shared == 0:  # and for every longer run, which saves nothing over best[j] >= best[i]
-                break
-            if best[i] + (j - 1 - i) * shared > best[j]:
-                best[j], start[j] = best[i] + (j - 1 - i) * shared, i
-    prefixes, prefix_of, suffixes = [], [0] * len(prompts), [[] for _ in prompts]
-    j = len(order)
-    while j > 0:
-        run = order[start[j] : j]
-        shared = min([len(prompts[i]) - 1 for i in run] + common[start[j] + 1 : j])
-        for i in run:
-            prefix_of[i], suffixes[i] = len(prefixes), prompts[i][shared:]
-        prefixes.append(prompts[run[0]][:shared])
-        j = start[j]
-    return PrefixPlan(prefixes, prefix_of, suffixes)
+# the graph cache's fast path, `HFEngine`'s arguments that `rollout.exact=false` turns on together
+FAST_PATH = ("share_prefixes", "reuse_turns", "split_attention", "fuse_projections", "compile_decode")
 
 
 class HFEngine:
@@ -271,36 +68,18 @@ class HFEngine:
             eagerly. Needs sdpa/eager attention and full attention in every layer; see
             `decode_graphs.py`), or "auto": "graph" on CUDA where the model supports it, else "dynamic".
         dedup_prompts: prefill identical prompts of a chunk once and copy their cache rows (exact).
-        share_prefixes: also compute a prefix that non-identical prompts share once (the later turns of a
-            group all start with its first prompt), then each row's own suffix, where that computes fewer
-            positions (dynamic and graph caches). The logits equal the plain prefill's up to rounding, so a
-            sampled token can differ where a draw falls within rounding of a boundary; off by default, which
-            keeps runs bit-identical to those measured before it existed.
         dtype: decode with a copy of the model whose floating parameters are in this dtype, where some of the
             model's are not (None: the model itself). bfloat16 for float32 training weights halves the bytes of
             weights and KV cache every decode step reads; the sampled tokens then follow the bfloat16 model,
             as a vLLM engine in bfloat16 does. Buffers (rotary frequencies) keep their dtype, as when a model
             is loaded in bfloat16.
-        pad_widths: left-pad each prefill forward to a multiple of `PREFILL_MULTIPLE` positions (masked; same
-            logits), so that a run's prefills repeat their shapes and cuDNN attention reuses the plan it builds
-            per shape. None: on a GPU only. (A profiled single-turn generation on an H200 spent ~0.8 s of host
-            time in cuDNN attention; on that shape the padding gained nothing measurable: docs/PERFORMANCE.md.)
-        decode_attention: the attention kernel of cache="graph"'s steps: sdpa's "auto" (PyTorch's choice, cuDNN on
-            Hopper GPUs), "cudnn", "efficient" or "math", or FlexAttention's ("flex"), two matrix products and a
-            softmax ("matmul") or flash-decoding's Triton kernels ("split"; all three in `models.decode_attention`).
-            Same attention, other kernels.
-        compile_decode: cache="graph" runs each one-token step as the whole forward through `torch.compile`
-            (`decode_graphs.compiled_step`; same samples), captured like the eager step on a GPU.
-        fuse_projections: cache="graph"'s steps run each layer's q, k and v projections as one matrix product, and
-            its MLP's gate and up projections as one (`models.fused_projections`): the same products up to summation
-            order, from concatenated copies of those weights (for Qwen2.5-0.5B ~0.5 GB in bfloat16) written again at
-            every `generate` call. Off by default, as `share_prefixes`.
-        reuse_turns: cache="graph" keeps each row's cache after a call, until the next `sync` or `release`: a call
-            whose every prompt continues a kept row's prompt and generation, token for token (a rollout's next
-            turn), copies those rows' cached positions and prefills only the new tokens (`_KeptRows`). Logits equal
-            the full prefill's up to rounding (the kept keys and values were computed by decode steps); off by
-            default, as `share_prefixes`. A row's cache keeps the masked positions of earlier turns (padding, the
-            steps after its stop), so rows that stop early leave wider caches than a fresh prefill would.
+        share_prefixes, reuse_turns, split_attention, fuse_projections, compile_decode: the graph cache's fast path
+            (module docstring), each off by default: the plain path is bit for bit what it always computed. They
+            act on cache="graph" only. `split_attention` needs CUDA with Triton (elsewhere the steps keep sdpa);
+            `fuse_projections` keeps concatenated copies of those weights (for Qwen2.5-0.5B ~0.5 GB in bfloat16),
+            written again at every `generate` call; `compile_decode` pays its compilation in the first steps of
+            each new slot shape. A kept row's cache keeps the masked positions of earlier turns (padding, the steps
+            after its stop), so rows that stop early leave wider caches than a fresh prefill would.
     """
 
     def __init__(
@@ -312,13 +91,12 @@ class HFEngine:
         device: torch.device | str | None = None,
         cache: str = "dynamic",
         dedup_prompts: bool = True,
-        share_prefixes: bool = False,
         dtype: torch.dtype | None = None,
-        pad_widths: bool | None = None,
-        decode_attention: str = "auto",
-        compile_decode: bool = False,
+        share_prefixes: bool = False,
         reuse_turns: bool = False,
+        split_attention: bool = False,
         fuse_projections: bool = False,
+        compile_decode: bool = False,
     ) -> None:
         if not isinstance(pad_token_id, int) or pad_token_id < 0:
             raise ValueError(f"pad_token_id must be an int >= 0, got {pad_token_id!r}")
@@ -326,13 +104,11 @@ class HFEngine:
             raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
         if cache not in HF_CACHE_MODES:
             raise ValueError(f"cache must be one of {HF_CACHE_MODES}, got {cache!r}")
-        if decode_attention not in DECODE_ATTENTION:
-            raise ValueError(f"decode_attention must be one of {tuple(DECODE_ATTENTION)}, got {decode_attention!r}")
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype must be a floating torch.dtype or None, got {dtype!r}")
         self.dtype = dtype
         self._source: torch.nn.Module | None = None  # the module last synced from
-        self._kept: _KeptRows | None = None  # reuse_turns: the last call's rows, until the next sync or release
+        self._kept: KeptRows | None = None  # reuse_turns: the last call's rows, until the next sync or release
         self.sync(model)
         if cache == "graph" and not self._graph_ok:
             raise ValueError(
@@ -344,11 +120,10 @@ class HFEngine:
         self.cache = cache
         self.dedup_prompts = dedup_prompts
         self.share_prefixes = share_prefixes
-        self.pad_widths = pad_widths
-        self.decode_attention = decode_attention
-        self.compile_decode = compile_decode
         self.reuse_turns = reuse_turns
+        self.split_attention = split_attention
         self.fuse_projections = fuse_projections
+        self.compile_decode = compile_decode
 
     def sync(self, model: torch.nn.Module) -> None:
         """Sample from `model` from now on.
@@ -437,17 +212,17 @@ class HFEngine:
             ) from error
 
     def _prefill(
-        self, prompts: list[list[int]], max_new_tokens: int, device: torch.device
+        self, prompts: list[list[int]], max_new_tokens: int, device: torch.device, share: bool = False
     ) -> tuple[torch.Tensor, Cache, torch.Tensor, torch.Tensor | None]:
         """Run the prompts (sorted by length) through the model once.
 
         Returns `last_logits: [B, V]`, the cache, `attention_mask: [B, L] bool` and `copy_index`.
         With dedup on, each run of identical prompts is computed once: the cache then holds one row
         per distinct prompt, and `copy_index: [B]` says which cache row each prompt continues
-        (None when the cache has the B rows already). With `share_prefixes`, where prompts share long prefixes
-        without being identical (the later turns of a group) and that computes fewer positions, the shared
-        prefixes are computed once instead and each row's own suffix after them (`_prefill_shared`; dynamic
-        caches only).
+        (None when the cache has the B rows already). With `share` (the graph cache's `share_prefixes`), where
+        prompts share long prefixes without being identical (the later turns of a group) and that computes fewer
+        positions, the shared prefixes are computed once instead and each row's own suffix after them
+        (`_prefill_shared`).
         """
         distinct = prompts
         copy_index = None
@@ -456,7 +231,7 @@ class HFEngine:
             if not all(is_new):
                 distinct = [p for p, new in zip(prompts, is_new) if new]
                 copy_index = torch.tensor(is_new, device=device).cumsum(0) - 1
-        if self.share_prefixes and self.cache != "static":  # a StaticCache is not grown by reorder_cache
+        if share:
             plan = shared_prefix_plan(prompts)
             if all(plan.prefixes) and plan.padded_tokens() < len(distinct) * max(map(len, distinct)):
                 return self._prefill_shared(plan, max_new_tokens, device)
@@ -468,19 +243,14 @@ class HFEngine:
             last_logits, attention_mask = last_logits[copy_index], attention_mask[copy_index]
         return last_logits, cache, attention_mask, copy_index
 
-    def _prefill_multiple(self, device: torch.device) -> int:
-        """What prefill widths are rounded up to (`pad_widths`)."""
-        pad = self.pad_widths if self.pad_widths is not None else device.type == "cuda"
-        return PREFILL_MULTIPLE if pad else 1
-
     def _vocab_size(self) -> int:
         return self.model.get_input_embeddings().num_embeddings
 
     def _left_pad(self, prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """`left_pad` of ids a prefill forward embeds: with the pad id, rounded up to the `pad_widths` multiple, and
-        checked against the vocabulary. Every prompt id a call embeds passes here, so `generate` need not check its
-        lists (the kept turns' reused ids, which it does not embed, were checked or sampled by the call before)."""
-        return left_pad(prompts, self.pad_token_id, device, self._prefill_multiple(device), self._vocab_size())
+        """`left_pad` of ids a prefill forward embeds: with the pad id, checked against the vocabulary. Every prompt id
+        a call embeds passes here, so `generate` need not check its lists (the kept turns' reused ids, which it does
+        not embed, were checked or sampled by the call before)."""
+        return left_pad(prompts, self.pad_token_id, device, self._vocab_size())
 
     def _prefill_shared(
         self, plan: PrefixPlan, max_new_tokens: int, device: torch.device
@@ -542,48 +312,7 @@ class HFEngine:
         logits, cache, prompt_mask, copy_index = self._prefill(prompts, params.max_new_tokens, device)
         if copy_index is not None:
             cache.reorder_cache(copy_index)
-        batch_size, prompt_width = prompt_mask.shape
-        max_new_tokens = params.max_new_tokens
-        stops = _Stops(params, device)
-
-        # Outputs, indexed by chunk row; `rows` maps each batch row to its chunk row.
-        token_ids, logprobs, num_generated, stopped = _output_buffers(batch_size, max_new_tokens, device)
-
-        rows = torch.arange(batch_size, device=device)
-        finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
-        attention_mask = torch.cat(
-            [prompt_mask, torch.ones(batch_size, max_new_tokens, dtype=torch.bool, device=device)], dim=1
-        )
-        next_position = prompt_mask.sum(-1)
-        for step in range(max_new_tokens):
-            next_ids, next_logprobs = sample_next_tokens(
-                logits, params.temperature, params.top_k, params.top_p, generator
-            )
-            live_rows = rows[~finished]
-            token_ids[live_rows, step] = next_ids[~finished]
-            logprobs[live_rows, step] = next_logprobs[~finished]
-            newly_stopped = stops.hit(next_ids, token_ids, step, rows) & ~finished
-            num_generated[rows[newly_stopped]] = step + 1
-            stopped[rows[newly_stopped]] = True
-            finished |= newly_stopped
-            if step == max_new_tokens - 1 or bool(finished.all()):
-                break
-            if int(finished.sum()) >= _DROP_FINISHED_FRACTION * finished.numel():
-                keep = ~finished
-                cache.reorder_cache(keep.nonzero()[:, 0])
-                rows, next_ids, next_position = rows[keep], next_ids[keep], next_position[keep]
-                attention_mask, finished = attention_mask[keep], finished[keep]
-            out = self.model(
-                input_ids=next_ids[:, None],
-                attention_mask=attention_mask[:, : prompt_width + step + 1],
-                position_ids=next_position[:, None],
-                use_cache=True,
-                **{self._cache_keyword: cache},
-            )
-            logits = out.logits[:, -1]
-            next_position = next_position + 1
-
-        return _generations(token_ids, logprobs, num_generated, stopped)
+        return decode_dynamic(self.model, cache, self._cache_keyword, logits, prompt_mask, params, generator)
 
     def _sample_chunk_fixed(
         self,
@@ -592,18 +321,16 @@ class HFEngine:
         device: torch.device,
         generator: torch.Generator | None,
     ) -> list[Generation]:
-        """The decode loop of cache="graph": every row stays in the batch until all have stopped
-        (a row's tokens after its stop are discarded), so each step has the same shapes and replays
-        one captured graph; no step makes the host wait for the device (`_AllStopped` answers a finished-check
-        every `_FINISHED_CHECK_EVERY` steps from the check before)."""
-        stops = _Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
+        """cache="graph": the prefill (of the rows kept from the last call where every prompt continues one, else
+        of the prompts) into a decode slot, then `decode_fixed`."""
+        stops = Stops(params, device)  # host-memory copies, made before the prefill is queued (see _prefill_shared)
         kept, self._kept = self._kept, None
         continued = kept.continued(prompts) if kept is not None else None
         if self._graphs is None:
             self._graphs = DecodeGraphs(
                 self.model,
                 self.max_batch_size,
-                attention=self.decode_attention,
+                split_attention=self.split_attention,
                 compiled=self.compile_decode,
                 fuse_projections=self.fuse_projections,
             )
@@ -614,40 +341,18 @@ class HFEngine:
             else:
                 logits, slot, prompt_mask = self._prefill_into_slot(prompts, params.max_new_tokens, device)
         del kept
-        batch_size, prompt_width = prompt_mask.shape
-        max_new_tokens = params.max_new_tokens
-        positions = prompt_mask.sum(-1)
         self._graphs.refresh()  # the weights may have changed since the last call (an optimizer step)
-        token_ids, logprobs, num_generated, finished = _output_buffers(batch_size, max_new_tokens, device)
-        all_stopped = _AllStopped(device)
-        fed = 0  # decode steps run: the first `fed` sampled tokens of every row have keys and values in the slot
-        with record_function("ragen/engine.decode"):
-            for step in range(max_new_tokens):
-                next_ids, next_logprobs = sample_next_tokens(
-                    logits, params.temperature, params.top_k, params.top_p, generator
-                )
-                token_ids[:, step] = next_ids
-                logprobs[:, step] = next_logprobs
-                newly_stopped = stops.hit(next_ids, token_ids, step) & ~finished
-                num_generated = torch.where(newly_stopped, step + 1, num_generated)
-                finished |= newly_stopped
-                if step == max_new_tokens - 1:
-                    break
-                if (step + 1) % _FINISHED_CHECK_EVERY == 0 and all_stopped(finished):
-                    break
-                logits = slot.step(next_ids, positions + step, prompt_width + step)[:batch_size]
-                fed += 1
-        with record_function("ragen/engine.outputs"):
-            generations = _generations(token_ids, logprobs, num_generated, finished)
+        generations, fed = decode_fixed(slot, logits, prompt_mask, params, stops, generator)
         if self.reuse_turns:
-            self._kept = _KeptRows(slot, prompts, [g.token_ids for g in generations], prompt_mask, positions, fed)
+            positions = prompt_mask.sum(-1)
+            self._kept = KeptRows(slot, prompts, [g.token_ids for g in generations], prompt_mask, positions, fed)
         return generations
 
     def _prefill_into_slot(
         self, prompts: list[list[int]], max_new_tokens: int, device: torch.device
     ) -> tuple[torch.Tensor, DecodeSlot, torch.Tensor]:
         """`_prefill`, its cache then loaded into the decode slot of its shape. Same returns as `_prefill_kept`."""
-        logits, prefix, prompt_mask, copy_index = self._prefill(prompts, max_new_tokens, device)
+        logits, prefix, prompt_mask, copy_index = self._prefill(prompts, max_new_tokens, device, self.share_prefixes)
         batch_size, prompt_width = prompt_mask.shape
         with record_function("ragen/engine.slot"):
             slot = self._graphs.slot(batch_size, prompt_width + max_new_tokens, device)
@@ -656,7 +361,7 @@ class HFEngine:
         return logits, slot, prompt_mask
 
     def _prefill_kept(
-        self, kept: _KeptRows, continued: list[int], prompts: list[list[int]], max_new_tokens: int, device: torch.device
+        self, kept: KeptRows, continued: list[int], prompts: list[list[int]], max_new_tokens: int, device: torch.device
     ) -> tuple[torch.Tensor, DecodeSlot, torch.Tensor]:
         """Prefill rows that continue kept rows (`continued[b]`: the kept row prompt b continues) in the decode slot
         they will decode in: their cached positions copied from the kept slot (masked after each row's reused
@@ -679,128 +384,6 @@ class HFEngine:
         with record_function("ragen/engine.load"):
             slot.adopt(kept.slot, rows, width)
         return slot.prefill(suffix_ids, attention_mask, position_ids, width), slot, attention_mask
-
-
-class _KeptRows:
-    """A graph-cache call's rows, kept for the next call (`reuse_turns`): the slot holding their keys and values
-    (columns `[0, W)` the prompt, masked by `prompt_mask [B, W]`; then one column per decode step run, `fed`), and
-    each row's prompt and generation. Row b's cache holds its prompt and its first `min(len(generation), fed)`
-    sampled tokens, at positions `positions[b]` onward for the sampled ones."""
-
-    def __init__(self, slot, prompts, generations, prompt_mask: torch.Tensor, positions: torch.Tensor, fed: int):
-        self.slot, self.prompts, self.generations = slot, prompts, generations
-        self.prompt_mask, self.positions, self.fed = prompt_mask, positions, fed
-        # rows by (prompt + generation length, its last tokens): a short key, checked in full on a hit; the last
-        # tokens come from the two lists' tails, not from a copy of the whole prompt and generation
-        self._index: dict[tuple[int, tuple[int, ...]], list[int]] = {}
-        for row, (prompt, generation) in enumerate(zip(prompts, generations)):
-            tail = (prompt[-_KEY_TOKENS:] + generation[-_KEY_TOKENS:])[-_KEY_TOKENS:]
-            self._index.setdefault((len(prompt) + len(generation), tuple(tail)), []).append(row)
-        self._lengths = sorted({length for length, _ in self._index})
-
-    def reused(self, row: int) -> int:
-        """How many leading tokens of a prompt continuing `row` its cache holds."""
-        return len(self.prompts[row]) + min(len(self.generations[row]), self.fed)
-
-    def continued(self, prompts: list[list[int]]) -> list[int] | None:
-        """For each prompt, a kept row whose prompt and generation it starts with and continues by at least one
-        token; None unless every prompt has one (then the call prefills as usual)."""
-        rows = []
-        for prompt in prompts:
-            row = next(
-                (
-                    row
-                    for length in self._lengths
-                    if length < len(prompt)
-                    for row in self._index.get((length, tuple(prompt[max(0, length - _KEY_TOKENS) : length])), ())
-                    if prompt[: len(self.prompts[row])] == self.prompts[row]
-                    and prompt[len(self.prompts[row]) : length] == self.generations[row]
-                ),
-                None,
-            )
-            if row is None:
-                return None
-            rows.append(row)
-        return rows
-
-
-# `_KeptRows`: the trailing tokens of a kept row's prompt and generation that key its lookup
-_KEY_TOKENS = 8
-
-
-class _AllStopped:
-    """Whether every row of a decode loop has stopped, asked without making the host wait for the device.
-
-    On a GPU a check queues a copy of `finished.all()` into pinned host memory behind the steps launched so far and
-    answers with the previous check's copy, which the device made a check period ago: the host never drains the
-    queue, so the device never idles while the host launches the next steps (a synchronous check left it idle
-    ~54 ms per multi-turn rollout on an H200: docs/PERFORMANCE.md, session 17). `finished` only grows, so a late
-    "all stopped" is still true; the loop runs at most one check period longer, and the steps after a row's stop are
-    discarded anyway. Elsewhere the current value, read at once."""
-
-    def __init__(self, device: torch.device):
-        self.flag = torch.zeros((), dtype=torch.bool, pin_memory=True) if device.type == "cuda" else None
-        self.copied: torch.cuda.Event | None = None
-
-    def __call__(self, finished: torch.Tensor) -> bool:
-        if self.flag is None:
-            return bool(finished.all())
-        answer = False
-        if self.copied is not None:
-            self.copied.synchronize()
-            answer = bool(self.flag)
-        self.flag.copy_(finished.all(), non_blocking=True)
-        self.copied = torch.cuda.Event()
-        self.copied.record()
-        return answer
-
-
-class _Stops:
-    """`params`' stop token ids and stop sequences as device tensors (sequences grouped by length)."""
-
-    def __init__(self, params: SamplingParams, device: torch.device):
-        self.token_ids = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=device)
-        self.sequences = [
-            torch.tensor([list(s) for s in params.stop_sequences if len(s) == length], dtype=torch.long, device=device)
-            for length in sorted({len(s) for s in params.stop_sequences})
-        ]
-        self.longest = max((len(s) for s in params.stop_sequences), default=0)
-
-    def hit(
-        self, next_ids: torch.Tensor, generated: torch.Tensor, step: int, rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Which rows stop at `step`: `next_ids: [B]` is a stop token, or the ids so far (`generated`,
-        `next_ids` included at column `step`; its rows `rows` if given, else all) now end with a stop
-        sequence. Returns `[B] bool`."""
-        hit = torch.isin(next_ids, self.token_ids)
-        if self.sequences:
-            columns = slice(max(0, step + 1 - self.longest), step + 1)
-            recent = generated[:, columns] if rows is None else generated[rows, columns]
-            hit |= ends_with_stop_sequence(recent, self.sequences)
-        return hit
-
-
-def _output_buffers(batch_size: int, max_new_tokens: int, device: torch.device):
-    """Per chunk row: sampled ids `[B, N]`, their log-probs `[B, N]`, the count kept (N unless the row
-    stops) and whether it stopped."""
-    return (
-        torch.zeros(batch_size, max_new_tokens, dtype=torch.long, device=device),
-        torch.zeros(batch_size, max_new_tokens, dtype=torch.float32, device=device),
-        torch.full((batch_size,), max_new_tokens, dtype=torch.long, device=device),
-        torch.zeros(batch_size, dtype=torch.bool, device=device),
-    )
-
-
-def _generations(
-    token_ids: torch.Tensor, logprobs: torch.Tensor, num_generated: torch.Tensor, stopped: torch.Tensor
-) -> list[Generation]:
-    """One `Generation` per row: the first `num_generated[b]` ids and log-probs of row b."""
-    lengths = num_generated.tolist()
-    reasons = ["stop" if s else "length" for s in stopped.tolist()]
-    return [
-        Generation(token_ids=ids[:n], logprobs=lps[:n], finish_reason=reason)
-        for ids, lps, n, reason in zip(token_ids.tolist(), logprobs.tolist(), lengths, reasons)
-    ]
 
 
 def _cast_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragen_lit.envs.webshop import default_data_path
+from ragen_lit.envs.webshop_catalog import default_data_path
 
 
 @dataclass(frozen=True)

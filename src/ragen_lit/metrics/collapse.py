@@ -143,7 +143,7 @@ class CollapseDiagnostics(nn.Module):
     def _apply(self, fn, recurse=True):
         """The metrics stay on the host when the module moves to a GPU: each diagnostics iteration ends with their
         updates and computes, ~400 operations on scalars, which took ~13 ms of host launches and waits while the
-        device idled on an H200 (docs/PERFORMANCE.md, session 20), and a few ms on the host alone."""
+        device idled on an H200 (docs/PERFORMANCE.md), and a few ms on the host alone."""
         return self
 
     def due(self, iteration: int) -> bool:

@@ -2,7 +2,6 @@
 
 from ragen_lit.models.critic import Critic, load_critic
 from ragen_lit.models.loaders import (
-    ATTENTION_IMPLEMENTATIONS,
     DTYPES,
     TRANSFORMERS_RANGE,
     compile_layers,
@@ -12,13 +11,14 @@ from ragen_lit.models.loaders import (
     layer_units,
     load_policy,
     load_tokenizer,
+    resolve_compile,
     resolve_dtype,
+    uses_gpu,
     warn_if_untested_transformers,
 )
 from ragen_lit.models.lora import apply_lora, linear_layer_names
 
 __all__ = [
-    "ATTENTION_IMPLEMENTATIONS",
     "DTYPES",
     "TRANSFORMERS_RANGE",
     "Critic",
@@ -32,6 +32,8 @@ __all__ = [
     "load_critic",
     "load_policy",
     "load_tokenizer",
+    "resolve_compile",
     "resolve_dtype",
+    "uses_gpu",
     "warn_if_untested_transformers",
 ]

@@ -2,7 +2,7 @@
 
 At a decode step (one token per row) a layer's matrix products are small and each costs its own kernel: a
 Qwen2.5-0.5B layer runs seven (q, k, v, o, gate, up, down). On an H200 at batch 128 the 24 layers' seven took 933 us
-per step against 648 us for four, q|k|v, o, gate|up, down (docs/PERFORMANCE.md, session 17). `FusedProjections`
+per step against 648 us for four, q|k|v, o, gate|up, down (docs/PERFORMANCE.md). `FusedProjections`
 keeps, per layer, the concatenated weights [W_q; W_k; W_v] (with their biases) and [W_gate; W_up]; inside its
 `applied()` context
 

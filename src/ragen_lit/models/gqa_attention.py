@@ -1,16 +1,9 @@
-"""Grouped-query attention under a mask without repeating keys and values, for the no-grad cache forwards.
+"""transformers models on `kernels.gqa_attention`: grouped-query attention under a mask without key/value copies.
 
-With grouped-query attention (Qwen2.5-0.5B: 14 query heads over 2 key/value heads) and an attention mask,
-transformers' sdpa path copies every key and value head once per query head it serves (`repeat_kv`)
-before calling sdpa, because PyTorch's fused kernels take a mask or grouped heads, not both. In the
-cross-scorer, whose rows attend over ~1.7k cached positions, those copies were 467 ms of a 3.3 s call on
-an H200 (docs/PERFORMANCE.md). The same attention needs no copy of the keys: the G query heads that share
-a key/value head are stacked as G x T query rows of that head, `[B, H, T, D] -> [B, H_kv, G*T, D]`, each
-row keeping its own mask row, so one sdpa call over the H_kv heads reads each key once. The result is the
-same attention, row for row. (transformers does this itself for one-token decoding, T = 1, but not inside
-`torch.compile`, where it falls back to the copies: a compiled decode step then copied every layer's whole cache.)
-
-`folded_gqa(model)` switches a model whose attention is "sdpa" to this function for the calls inside it.
+`folded_gqa(model)` switches a model whose attention is "sdpa" to `folded_sdpa_forward` for the calls inside it:
+the cross-scorer's masked path and the engine's prefills and decode steps. transformers folds the query heads itself
+for one-token decoding, but not inside `torch.compile`, where it falls back to the copies (a compiled decode step then
+copied every layer's whole cache).
 """
 
 from __future__ import annotations
@@ -25,42 +18,14 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from ragen_lit.kernels.gqa_attention import additive_mask, fold_gqa_attention, fold_mask
+
 NAME = "ragen_folded_gqa"
 # The sdpa kernels a masked attention may use (None: PyTorch's choice): "auto" is cuDNN's on Hopper, which builds
 # an execution plan on the host for every new shape (tens of ms each); "efficient" is the memory-efficient kernel,
 # which builds none (the math kernel where it is missing, e.g. on a CPU)
+# (the names are `choices.MASKED_ATTENTION_KERNELS`)
 MASKED_ATTENTION = {"auto": None, "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]}
-
-
-def fold_mask(mask: torch.Tensor, groups: int) -> torch.Tensor:
-    """`mask: [B or 1, 1, T, S]` -> `[B or 1, 1, G*T, S]`, row g*T + t a copy of row t (a one-row mask, T = 1,
-    broadcasts as it is)."""
-    if mask.shape[2] == 1:
-        return mask
-    return mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(*mask.shape[:2], groups * mask.shape[2], -1)
-
-
-def fold_gqa_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, **sdpa_kwargs):
-    """Attention of `query: [B, H, T, D]` over `key`, `value: [B, H_kv, S, D]` (H = G x H_kv; query head h
-    reads key head h // G) under `mask: [B or 1, 1, T or 1, S]` (bool or additive, shared by the heads; or
-    already `fold_mask`ed), with the G query heads of a key head stacked as G x T rows of one sdpa head.
-    Returns `[B, H, T, D]`, what sdpa returns over keys and values repeated G times."""
-    batch, heads, length, dim = query.shape
-    kv_heads = key.shape[1]
-    groups = heads // kv_heads
-    rows = query.reshape(batch, kv_heads, groups * length, dim)  # row g*T + t: query head kv*G + g, position t
-    if mask.shape[2] == length and length != 1:
-        mask = fold_mask(mask, groups)
-    out = torch.nn.functional.scaled_dot_product_attention(rows, key, value, attn_mask=mask, **sdpa_kwargs)
-    return out.reshape(batch, heads, length, dim)
-
-
-def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A bool mask (True: attend) as the additive mask sdpa makes of it (0 where True, -inf elsewhere, in
-    `dtype`); an additive mask as it is."""
-    if mask.dtype != torch.bool:
-        return mask
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask.logical_not(), float("-inf"))
 
 
 # Inside `folded_gqa`: the last mask folded and its fold. Every layer of a forward gets the same mask object, so it

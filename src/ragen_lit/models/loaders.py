@@ -16,6 +16,7 @@ import types
 import torch
 from torch import nn
 
+from ragen_lit.choices import DTYPE_NAMES
 from ragen_lit.errors import ConfigError
 from ragen_lit.logprobs import cache_keyword
 
@@ -29,18 +30,26 @@ TRANSFORMERS_RANGE = ("5.4", "5.30")  # (lowest, first excluded), as major.minor
 
 # The one name -> dtype mapping; each place that takes a dtype name accepts these or a subset of them
 # (vLLM adds "auto", `diagnose` only float32/bfloat16, `model.dtype` adds "auto").
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-# transformers attention implementations a model may load with (`model.attention`); auto: transformers' choice
-ATTENTION_IMPLEMENTATIONS = ("auto", "sdpa", "flex_attention", "eager")
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+
+
+def uses_gpu(accelerator: str) -> bool:
+    """Whether a run computes on a GPU: `trainer.accelerator` is not `cpu` and CUDA is present (what the settings
+    that resolve "auto" by the hardware follow; a machine with a GPU told to use the CPU counts as a CPU)."""
+    return accelerator != "cpu" and torch.cuda.is_available()
 
 
 def resolve_dtype(name: str, accelerator: str = "auto") -> torch.dtype:
-    """`auto`: bfloat16 where a GPU is used (`trainer.accelerator` not `cpu`, and CUDA present), float32 on CPU
-    (CPUs without native bf16 matrix units run bf16 matmuls several times slower than fp32), also on a machine with
-    a GPU when the run is told to use the CPU."""
+    """`auto`: bfloat16 where a GPU is used (`uses_gpu`), float32 on CPU (CPUs without native bf16 matrix units run
+    bf16 matmuls several times slower than fp32)."""
     if name == "auto":
-        return torch.bfloat16 if accelerator != "cpu" and torch.cuda.is_available() else torch.float32
+        return torch.bfloat16 if uses_gpu(accelerator) else torch.float32
     return DTYPES[name]
+
+
+def resolve_compile(setting: bool | None, accelerator: str = "auto") -> bool:
+    """`model.compile`: the setting, or for null (auto) whether a GPU is used (`uses_gpu`)."""
+    return uses_gpu(accelerator) if setting is None else setting
 
 
 def _major_minor(version: str) -> tuple[int, int]:
@@ -166,7 +175,7 @@ def compile_layers(model: nn.Module) -> None:
     and cache objects change at every step, which would exhaust dynamo's recompile limit and leave the
     training calls eager too) runs the eager forward, but the block's cache-free parts inside it, its
     normalisations and its MLP (`_cache_free_parts`), run compiled too: a decode step of a 0.5B model at
-    batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md, session 12), 8 of them per
+    batch 128 is bound by its ~45 small kernels per layer (docs/PERFORMANCE.md), 8 of them per
     RMSNorm, which fuse into one; so does its attention's rotary embedding (`_with_compiled_rotary`). The
     dispatchers are bound to each module, so module hooks (FSDP's all-gather
     and reshard) still run eagerly around them, and a deep copy of the model binds the copy's own modules.

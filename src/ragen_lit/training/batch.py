@@ -76,6 +76,21 @@ def length_order(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 GPU_PAD_MULTIPLE = 64
 
 
+def planned_micro_batches(batch: dict[str, torch.Tensor], optim, device: torch.device):
+    """`micro_batches` of `batch` as the `optim` section asks, its auto settings resolved for `device`."""
+    rows = micro_batch_rows(optim.micro_batch_size, device)
+    multiple = pad_multiple(optim.pad_to_multiple, optim.padding_free, device)
+    return micro_batches(batch, rows, optim.micro_batch_tokens, optim.padding_free, multiple)
+
+
+def micro_batch_rows(setting: int, device: torch.device) -> int:
+    """Sequences per micro-batch (`optim.micro_batch_size`): the setting itself, or for 0 (auto) 16 on a GPU, where
+    larger products keep it busier, and 8 on a CPU."""
+    if setting:
+        return setting
+    return 16 if device.type == "cuda" else 8
+
+
 def pad_multiple(setting: int, padding_free: bool, device: torch.device) -> int:
     """The multiple micro-batch widths are rounded up to (`optim.pad_to_multiple`): the setting itself, or for 0
     (auto) `GPU_PAD_MULTIPLE` on a GPU, where cuDNN attention plans per width, and 1 (off) on a CPU or with

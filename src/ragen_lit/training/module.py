@@ -19,91 +19,49 @@ shards after updates.
 
 from __future__ import annotations
 
-import copy
-import logging
-import math
-import time
 from collections import defaultdict
 
 import lightning as L
 import torch
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.algos import (
-    actor_loss,
-    anchored_step_fraction,
-    estimate_advantages,
-    scale_by_keep_rate,
-    value_loss,
-)
 from ragen_lit.config import Config
-from ragen_lit.errors import ConfigError
-from ragen_lit.logprobs import HostMasks, mean_abs_logprob_diff, token_logprobs
+from ragen_lit.logprobs import HostMasks, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import compile_layers, load_tokenizer
+from ragen_lit.models import compile_layers, layer_units, load_tokenizer, resolve_compile
 from ragen_lit.parallel import collectives as dist_utils
-from ragen_lit.parallel.lockstep import lockstep, zero_loss
+from ragen_lit.parallel.lockstep import lockstep
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import resolve_model_path
-from ragen_lit.training.batch import collate, merge_micro_batches, micro_batches, pad_multiple, select_rows
-from ragen_lit.training.build_models import build_models
+from ragen_lit.training import prepare, steps
+from ragen_lit.training.batch import collate, planned_micro_batches, select_rows
+from ragen_lit.training.build_models import build_models, check_trainable_state, frozen_copy, frozen_keys
 from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
-
-log = logging.getLogger(__name__)
-# Mean |log-prob| gap between engine and trainer above which a run warns once (bf16 noise is ~1e-2;
-# the stale tied head of issue 18 gave 0.8).
-LOGPROB_GAP_WARNING = 0.1
-
-
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((values * mask).sum() / mask.sum().clamp(min=1))
-
-
-def _no_rows(device: torch.device) -> dict[str, torch.Tensor]:
-    """An empty batch (no rows, one token position) with the keys `estimate_advantages` reads."""
-    tokens, flags = torch.zeros(0, 1, device=device), torch.zeros(0, 1, dtype=torch.bool, device=device)
-    return {
-        "loss_mask": flags,
-        "token_rewards": tokens,
-        "values": tokens,
-        "turn_end_mask": flags,
-        "turn_state_ids": torch.zeros(0, 1, dtype=torch.long, device=device),
-        "scores": torch.zeros(0, device=device),
-        "group_ids": torch.zeros(0, dtype=torch.long, device=device),
-    }
 
 
 class AgentRLModule(L.LightningModule):
     def __init__(self, cfg: Config):
         super().__init__()
         self.cfg = cfg
-        self._warned_logprob_gap = False
+        self._logprob_gap = prepare.LogprobGap(cfg.rollout.engine)
         self.automatic_optimization = False
         self.model_path = resolve_model_path(cfg.model)
         self.tokenizer = load_tokenizer(self.model_path)
         self.chat = ChatFormat(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id)
-        lora = cfg.model.lora
         self.policy, self.critic = build_models(cfg, self.model_path)
-        if lora.r > 0:
-            # checkpoints leave the frozen base weights out (`on_save_checkpoint`); `on_load_checkpoint` checks the rest
+        if cfg.model.lora.r > 0:  # checkpoints leave the frozen base weights out; `on_load_checkpoint` checks the rest
             self.strict_loading = False
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints. Under LoRA the
         # reference is the policy with its adapters disabled (`_reference_logprobs`): no copy at all
-        self._reference = [self._frozen_copy()] if cfg.algo.kl_coef > 0 and lora.r == 0 else []
+        self._reference = [frozen_copy(self.policy)] if cfg.algo.kl_coef > 0 and cfg.model.lora.r == 0 else []
         self.collapse = CollapseDiagnostics(cfg.diagnostics)
         self._step_stats: dict[str, list[float]] = defaultdict(list)
         self._configured = False  # `configure_model` ran (sharding and compilation happen once)
         self._fsdp: ShardedModels | None = None  # set by `configure_model` under FSDP (a plain object: not a submodule)
         self._policy_version = 0  # optimizer steps of the policy: the inference replica follows it
-
-    def _frozen_copy(self):
-        ref = copy.deepcopy(self.policy).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
 
     @property
     def reference(self):
@@ -118,31 +76,17 @@ class AgentRLModule(L.LightningModule):
         with self.policy.disable_adapter():
             return self._logprobs(self.policy, micro).logprobs
 
-    # -- checkpoints ---------------------------------------------------------------------------------
-    def _frozen_keys(self) -> set[str]:
-        """State-dict keys of the parameters no optimizer steps (under LoRA the base weights, tied ones included)."""
-        return {name for name, p in self.named_parameters(remove_duplicate=False) if not p.requires_grad}
-
+    # -- checkpoints: under LoRA what training changes, without the frozen base weights (`model.path`'s) ------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """A checkpoint holds what training changes: the frozen base weights of a LoRA run are `model.path`'s."""
-        frozen = self._frozen_keys()
+        frozen = frozen_keys(self)
         if frozen:
             checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k not in frozen}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Loading is not strict under LoRA (the frozen weights are absent): check here that exactly the others are
-        present, so that a resume restores every trained tensor or stops with one line."""
-        frozen = self._frozen_keys()
-        if not frozen:
-            return
-        expected, found = set(self.state_dict()) - frozen, set(checkpoint["state_dict"])
-        if found != expected:
-            missing, unexpected = sorted(expected - found), sorted(found - expected)
-            raise ConfigError(
-                f"trainer.resume: the checkpoint does not hold this run's trainable weights (model.lora.r="
-                f"{self.cfg.model.lora.r}): missing {missing[:3]}, unexpected {unexpected[:3]}; resume with the "
-                "run's own model.lora settings"
-            )
+        frozen = frozen_keys(self)
+        if frozen:
+            expected = set(self.state_dict()) - frozen
+            check_trainable_state(set(checkpoint["state_dict"]), expected, self.cfg.model.lora.r)
 
     # -- FSDP ---------------------------------------------------------------------------------------
     def configure_model(self):
@@ -163,11 +107,17 @@ class AgentRLModule(L.LightningModule):
                 t.fsdp_param_dtype,
                 t.fsdp_reduce_dtype,
             )
-        if self.cfg.model.compile:
+        # model.compile=null (auto) leaves a model without repeated layer classes eager; true refuses it
+        if self.compiled and (self.cfg.model.compile or layer_units(self.policy)):
             compile_layers(self.policy)
             if self.critic is not None:
                 compile_layers(self.critic.backbone)
         self._configured = True
+
+    @property
+    def compiled(self) -> bool:
+        """`model.compile` as it resolves for this run (null: on where a GPU is used)."""
+        return resolve_compile(self.cfg.model.compile, self.cfg.trainer.accelerator)
 
     @property
     def sharded(self) -> bool:
@@ -181,20 +131,10 @@ class AgentRLModule(L.LightningModule):
             return self.policy
         return self._fsdp.inference_policy(self.device, self._policy_version)
 
-    @property
-    def _pad_multiple(self) -> int:
-        o = self.cfg.optim
-        return pad_multiple(o.pad_to_multiple, o.padding_free, self.device)
-
     def _micro_batches(self, batch: dict[str, torch.Tensor] | None) -> list[tuple[dict[str, torch.Tensor], bool]]:
         """`(micro-batch, is_real)` pairs over `batch` (None or zero rows: this rank has nothing), padded
         with dummies to the busiest rank's count under FSDP (`parallel.lockstep`)."""
-        o = self.cfg.optim
-        real = (
-            ()
-            if batch is None
-            else micro_batches(batch, o.micro_batch_size, o.micro_batch_tokens, o.padding_free, self._pad_multiple)
-        )
+        real = () if batch is None else planned_micro_batches(batch, self.cfg.optim, self.device)
         return lockstep(real, sharded=self.sharded, pad_token_id=self.pad_token_id, device=self.device)
 
     def on_fit_start(self):
@@ -210,28 +150,12 @@ class AgentRLModule(L.LightningModule):
         return build_optimizers(self.cfg.optim, planned_steps, self.policy, self.critic)
 
     # -- per-iteration preparation --------------------------------------------------------------
-    def _logprob_gap(self, sample_logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> float:
-        """`rollout/logprob_gap`: mean |engine log-prob − trainer log-prob| of the sampled tokens. Both
-        score the same weights at the same temperature, so it is numerical noise (~1e-2 in bf16) unless
-        the engine computes with weights the trainer no longer has (a partial or missed sync)."""
-        gap = mean_abs_logprob_diff(sample_logprobs, old_logprobs, mask.bool())
-        if gap > LOGPROB_GAP_WARNING and not self._warned_logprob_gap:
-            log.warning(
-                "rollout/logprob_gap=%.3f: the rollout engine (%s) and the trainer disagree on the sampled tokens' "
-                "log-probs by more than %.2f; the engine may be computing with stale weights",
-                gap,
-                self.cfg.rollout.engine,
-                LOGPROB_GAP_WARNING,
-            )
-            self._warned_logprob_gap = True
-        return gap
-
     def _logprobs(self, model, batch, with_entropy=False):
         kwargs = {
             "temperature": self.cfg.rollout.temperature,
             "with_entropy": with_entropy,
             "score_mask": batch["loss_mask"],
-            "compile_head": self.cfg.model.compile,
+            "compile_head": self.compiled,
             "packed": self.cfg.optim.padding_free,
         }
         if "host_attention_mask" in batch:  # a micro-batch's CPU copies: the forward need not wait for the device
@@ -270,11 +194,9 @@ class AgentRLModule(L.LightningModule):
             for k in list(batch):
                 batch[k] = batch[k].to(self.device)
         score_policy = not self.old_logprobs_in_update if old_logprobs is None else old_logprobs
-        parts = defaultdict(list)
-        was_training = self.policy.training
-        self.policy.eval()
         needs_pass = score_policy or self.cfg.algo.kl_coef > 0 or self.critic is not None
-        for micro, real in self._micro_batches(batch) if needs_pass else ():
+
+        def score(micro):  # the passes in order: policy, reference, critic
             scored = {}
             if score_policy:
                 lp = self._logprobs(self.policy, micro, with_entropy=True)
@@ -283,72 +205,19 @@ class AgentRLModule(L.LightningModule):
                 scored["ref_logprobs"] = self._reference_logprobs(micro)
             if self.critic is not None:
                 scored["values"] = self._values(micro)
-            for k, v in scored.items():
-                if real:  # a lock-step dummy's outputs are dropped
-                    parts[k].append(v)
+            return scored
+
+        was_training = self.policy.training
+        self.policy.eval()
+        parts = prepare.score_micro_batches(self._micro_batches(batch) if needs_pass else (), score)
         self.policy.train(was_training)
         if self.sharded and needs_pass:
             self._fsdp.reshard()
         if batch is None:
             # whitening sums over all ranks' rows: this rank adds its (empty) share, or the others would wait
-            self._estimate_advantages(_no_rows(self.device))
+            prepare.advantages_of(self.cfg, prepare.no_rows(self.device))
             return {}
-        mask = batch["loss_mask"]
-        for k, v in parts.items():
-            batch[k] = merge_micro_batches(v, batch)
-        advantages, returns = self._estimate_advantages(batch)
-        if returns is not None:
-            batch["returns"] = returns
-        batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, self.cfg.filter.advantage_scaling)
-        metrics = {"actor/advantage_mean": _masked_mean(batch["advantages"], mask)}
-        if score_policy:
-            metrics["actor/entropy"] = _masked_mean(batch.pop("entropy"), mask)
-            metrics["rollout/logprob_gap"] = self._logprob_gap(batch["sample_logprobs"], batch["old_logprobs"], mask)
-        if self.critic is not None:
-            metrics["critic/value_mean"] = _masked_mean(batch["values"], mask)
-        if self.cfg.algo.advantage == "gigpo":
-            metrics["gigpo/anchored_step_fraction"] = anchored_step_fraction(
-                batch["group_ids"], mask, batch["turn_end_mask"], batch["turn_state_ids"]
-            )
-        return metrics
-
-    def _estimate_advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`estimate_advantages` of this rank's rows; GAE whitening uses the sums over all ranks' rows, so
-        that a multi-rank run whitens as the single process on all rows does (a collective when whitening)."""
-        a = self.cfg.algo
-        return estimate_advantages(
-            a.advantage,
-            batch["loss_mask"],
-            token_rewards=batch["token_rewards"],
-            values=batch.get("values"),
-            turn_end_mask=batch["turn_end_mask"],
-            scores=batch["scores"],
-            group_ids=batch["group_ids"],
-            gamma=a.gamma,
-            lam=a.lam,
-            high_level_gamma=a.high_level_gamma,
-            whiten_advantages=a.whiten_advantages,
-            reduce=dist_utils.sum_over_ranks,
-            turn_state_ids=batch.get("turn_state_ids"),
-            gigpo_gamma=a.gigpo_gamma,
-            gigpo_episode_weight=a.gigpo_episode_weight,
-            gigpo_step_weight=a.gigpo_step_weight,
-            gigpo_std_normalize=a.gigpo_std_normalize,
-        )
-
-    def _loss_settings(self) -> dict:
-        """`actor_loss`'s settings from `algo.*`; Dr.GRPO's constant length is the whole response budget."""
-        a, r = self.cfg.algo, self.cfg.rollout
-        return {
-            "clip_low": a.clip_low,
-            "clip_high": a.clip_high,
-            "dual_clip": a.dual_clip or None,
-            "loss_agg": a.loss_agg,
-            "entropy_coef": a.entropy_coef,
-            "kl_coef": a.kl_coef,
-            "kl_estimator": a.kl_estimator,
-            "norm_length": r.max_turns * r.max_new_tokens,
-        }
+        return prepare.finish_batch(self.cfg, batch, parts, keep_ratio, self._logprob_gap)
 
     # -- diagnostics (`RolloutDataModule` calls them on every iteration's rollouts) ---------------------
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
@@ -358,7 +227,7 @@ class AgentRLModule(L.LightningModule):
             trajectories,
             iteration,
             self.cfg.rollout.temperature,
-            compile_head=self.cfg.model.compile,
+            compile_head=self.compiled,
         )
 
     def gradient_buckets(self, trajectories, iteration: int) -> dict[str, float]:
@@ -386,7 +255,7 @@ class AgentRLModule(L.LightningModule):
             num_buckets,
             micro_batches=lambda rows: self._micro_batches(select_rows(batch, rows.to(device))),
             score=lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
-            loss_settings=self._loss_settings(),
+            loss_settings=steps.loss_settings(self.cfg),
             sharded=self.sharded,
         )
 
@@ -400,12 +269,7 @@ class AgentRLModule(L.LightningModule):
         return None
 
     def _optimizers_and_schedulers(self):
-        optimizers = self.optimizers()
-        schedulers = self.lr_schedulers()
-        return (
-            optimizers if isinstance(optimizers, list) else [optimizers],
-            schedulers if isinstance(schedulers, list) else [schedulers],
-        )
+        return tuple(x if isinstance(x, list) else [x] for x in (self.optimizers(), self.lr_schedulers()))
 
     def update(self, minibatch, optimizers, schedulers) -> None:
         """One optimizer step of the actor (and critic) on one prepared mini-batch. None: this rank has no
@@ -415,106 +279,36 @@ class AgentRLModule(L.LightningModule):
             mask = torch.zeros(0, 1, dtype=torch.bool, device=self.device)
         else:
             mask = minibatch["loss_mask"]
-        # normalise by the mini-batch totals over all ranks: gradients are then *summed* over ranks
-        num_tokens, num_seqs = dist_utils.sum_over_ranks(torch.stack([mask.sum(), mask.any(-1).sum()]))
-        totals = {"num_tokens": num_tokens.clamp(min=1), "num_seqs": num_seqs.clamp(min=1)}
-        if dist_utils.is_distributed():
-            # the busiest rank's trained tokens over the mean: every rank waits for it at the gradient sum
-            busiest = dist_utils.tensor_max_over_ranks(mask.sum())
-            self._record("parallel/token_imbalance", busiest * dist_utils.rank_and_world()[1] / totals["num_tokens"])
-        settings = self._loss_settings()
-        pg_total = 0.0
-        from_update = self.old_logprobs_in_update
-        entropy_bonus = self.cfg.algo.entropy_coef > 0
-        scored = defaultdict(list)  # with `from_update`: per micro-batch, what prepare would have scored
+        totals = steps.minibatch_totals(mask, self._record)
         micros = self._micro_batches(minibatch)  # the actor's and the critic's
-        for micro, real in micros:
-            lp = self._logprobs(self.policy, micro, with_entropy=entropy_bonus or from_update)
-            if not real:
-                self.manual_backward(zero_loss(lp))
-                continue
-            if from_update:
-                old_logprobs = lp.logprobs.detach()
-                scored["old_logprobs"].append(old_logprobs)
-                scored["entropy"].append(lp.entropy.detach())
-            else:
-                old_logprobs = micro["old_logprobs"]
-            loss, stats = actor_loss(
-                lp.logprobs,
-                micro["loss_mask"],
-                old_logprobs=old_logprobs,
-                advantages=micro["advantages"],
-                entropy=lp.entropy if entropy_bonus else None,
-                ref_logprobs=micro.get("ref_logprobs"),
-                **settings,
-                **totals,
-            )
-            pg_total = pg_total + stats.pop("pg_loss")  # micro-batch losses add up to the mini-batch loss
-            for k, v in stats.items():
-                self._record(f"actor/{k}", v)
-            self.manual_backward(loss)
-        if minibatch is not None:
-            self._record("actor/pg_loss", pg_total)
-        if scored:  # what prepare logs otherwise, computed as it does over the same rows
-            old_logprobs, entropy = (merge_micro_batches(scored[k], minibatch) for k in ("old_logprobs", "entropy"))
-            self._record("actor/entropy", _masked_mean(entropy, mask))
-            self._record("rollout/logprob_gap", self._logprob_gap(minibatch["sample_logprobs"], old_logprobs, mask))
+        scored = steps.actor_backward(
+            micros,
+            lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
+            self.manual_backward,
+            self._record,
+            settings=steps.loss_settings(self.cfg),
+            totals=totals,
+            from_update=self.old_logprobs_in_update,
+            entropy_bonus=self.cfg.algo.entropy_coef > 0,
+        )
+        if scored:
+            steps.record_old_policy(scored, minibatch, self._record, self._logprob_gap)
         self._step(optimizers[0], self.policy, "actor")
         schedulers[0].step()
         if self.critic is not None:
-            self._update_critic(minibatch, micros, optimizers[1], totals["num_tokens"])
+            clip = self.cfg.algo.value_clip or None
+            steps.critic_backward(
+                micros, self._values, self.manual_backward, self._record, clip=clip, num_tokens=totals["num_tokens"]
+            )
+            self._step(optimizers[1], self.critic, "critic")
             schedulers[1].step()
 
-    def _update_critic(self, minibatch, micros, optimizer, num_tokens: torch.Tensor) -> None:
-        value_total = 0.0
-        for micro, real in micros:
-            values = self._values(micro)
-            if not real:
-                self.manual_backward(zero_loss(values))
-                continue
-            loss, stats = value_loss(
-                values,
-                micro["values"],
-                micro["returns"],
-                micro["loss_mask"],
-                clip=self.cfg.algo.value_clip or None,
-                loss_agg="token-mean",
-                num_tokens=num_tokens,
-            )
-            value_total = value_total + loss.detach()
-            for k, v in stats.items():
-                self._record(f"critic/{k}", v)
-            self.manual_backward(loss)
-        if minibatch is not None:
-            self._record("critic/value_loss", value_total)
-        self._step(optimizer, self.critic, "critic")
-
     def _step(self, optimizer, model, name: str):
-        clip = self.cfg.optim.grad_clip
-        if not self.sharded and dist_utils.is_distributed():
-            # FSDP's reduce-scatter has summed them already; a rank without rows adds zeros. Timed from this rank's
-            # last backward: the wait for the slowest rank, then the all-reduce.
-            self._synchronize()
-            start = time.perf_counter()
-            dist_utils.sum_gradients(model)
-            self._synchronize()
-            self._record("time/gradient_sum_s", time.perf_counter() - start)
-        params = [p for p in model.parameters() if p.grad is not None]
-        # with FSDP the gradients are DTensor shards and this is the global norm (a collective)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
-        if self.sharded:
-            from ragen_lit.parallel.fsdp import full_tensor
-
-            norm = full_tensor(norm)
-        self._record(f"{name}/grad_norm", norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        steps.optimizer_step(
+            optimizer, model, name, clip=self.cfg.optim.grad_clip, sharded=self.sharded, record=self._record
+        )
         if model is self.policy:
             self._policy_version += 1  # the inference replica is stale from now on
-
-    def _synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
     def _record(self, key: str, value) -> None:
         # tensors stay on the device until `pop_step_stats`: a float() here would make the host wait

@@ -21,7 +21,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from ragen_lit.envs.webshop import words
+from ragen_lit.envs.webshop_catalog import words
 
 _INSTRUCTION = re.compile(r"^Instruction: (.*)$", re.MULTILINE)
 _OPENER = re.compile(r"^(?:i need|i want|find me|i am looking for)\s+(?:a pair of|an|a)\s+", re.IGNORECASE)

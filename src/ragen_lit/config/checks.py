@@ -1,0 +1,125 @@
+"""The cross-field rules of a config, after every field's own checks: one `ConfigError` line for the first that
+fails."""
+
+from __future__ import annotations
+
+from ragen_lit.choices import uses_critic
+from ragen_lit.config.sections import SECTIONS, Config
+from ragen_lit.envs import ENV_CLASSES, has_state_key
+from ragen_lit.errors import ConfigError
+from ragen_lit.typed_fields import check_fields
+
+# MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
+TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+
+# the shortest context that holds an environment's first prompt and one turn's answer
+MIN_CONTEXT_TOKENS = 256
+
+
+def validate(cfg: Config) -> Config:
+    """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
+    for section in SECTIONS:
+        check_fields(getattr(cfg, section), lambda name, section=section: f"{section}.{name}")
+    _check_anchor_states(cfg)
+    flt = cfg.filter
+    if flt.level == "trajectory":
+        # `select_trajectories` keeps the top and bottom filter.value share of every group's rollouts, the one
+        # rule of that level (Table 7); a group strategy given with it would be silently ignored
+        if flt.strategy != "top_p":
+            raise ConfigError(
+                f"filter.strategy={flt.strategy!r} does not apply at filter.level=trajectory, which keeps the "
+                "top and bottom filter.value share of each group's rollouts; leave filter.strategy=top_p (the "
+                "default) or use filter.level=group"
+            )
+        if not flt.value > 0:
+            raise ConfigError(
+                f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
+                "of each group's rollouts kept)"
+            )
+    if not uses_critic(cfg.algo.advantage) and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"algo.advantage={cfg.algo.advantage} with rollout.group_size={cfg.rollout.group_size}: a group-relative "
+            "advantage compares a rollout with the rest of its group, so with one rollout every advantage is 0 and "
+            "only the entropy bonus would train the policy (it drifts to high entropy); use rollout.group_size >= 2, "
+            "or algo=ppo (a critic's baseline)"
+        )
+    if cfg.algo.dynamic_sampling and cfg.rollout.group_size < 2:
+        raise ConfigError(
+            f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
+            "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
+        )
+    if flt.strategy == "top_p" and flt.value > 1.0:
+        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
+    if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:
+        raise ConfigError(
+            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in [0, 1]"
+        )
+    if flt.strategy == "top_k" and flt.value >= 1 and flt.value != int(flt.value):
+        raise ConfigError(f"filter.value={flt.value!r}: top_k takes a fraction < 1 or a whole count >= 1")
+    _check_lora(cfg)
+    if cfg.model.name == "hf" and not cfg.model.path:
+        raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
+    if cfg.trainer.devices != "auto" and not (isinstance(cfg.trainer.devices, int) and cfg.trainer.devices >= 1):
+        raise ConfigError(f"trainer.devices={cfg.trainer.devices!r} must be a positive integer or 'auto'")
+    t = cfg.trainer
+    for key in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        if getattr(t, key) is not None and t.strategy != "fsdp":
+            raise ConfigError(f"trainer.{key}={getattr(t, key)!r} needs trainer.strategy=fsdp (now {t.strategy})")
+    if cfg.rollout.max_context_tokens < MIN_CONTEXT_TOKENS:
+        raise ConfigError(
+            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
+            "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
+        )
+    uri = cfg.logging.tracking_uri
+    if uri is not None:
+        from urllib.parse import urlparse
+
+        scheme = urlparse(uri).scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
+        if scheme not in TRACKING_SCHEMES:
+            raise ConfigError(
+                f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
+                "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
+            )
+    if not cfg.logging.experiment.strip():
+        raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
+    if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
+        raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
+    if cfg.optim.padding_free and cfg.optim.pad_to_multiple > 1:
+        raise ConfigError(
+            f"optim.pad_to_multiple={cfg.optim.pad_to_multiple} pads rows that optim.padding_free=true packs without "
+            "padding; use one of them (pad_to_multiple=0 leaves it to padding_free)"
+        )
+    return cfg
+
+
+def _check_lora(cfg: Config) -> None:
+    """`model.lora`: names of modules to adapt, and no FSDP (its flat shards would mix frozen and trained weights)."""
+    lora = cfg.model.lora
+    targets = lora.target_modules
+    if not targets or not all(isinstance(t, str) and t.strip() for t in targets):
+        raise ConfigError(
+            f"model.lora.target_modules={targets!r} must be a non-empty list of module names (e.g. [q_proj, v_proj]) "
+            "or [all-linear]"
+        )
+    if "all-linear" in targets and len(targets) > 1:
+        raise ConfigError(
+            f"model.lora.target_modules={targets!r}: all-linear already names every linear layer; give it alone"
+        )
+    if lora.r > 0 and cfg.trainer.strategy == "fsdp":
+        raise ConfigError(
+            f"model.lora.r={lora.r} with trainer.strategy=fsdp is not supported (FSDP would shard the frozen base "
+            "weights with the adapters); use trainer.strategy=ddp, or model.lora.r=0 for full fine-tuning under FSDP"
+        )
+
+
+def _check_anchor_states(cfg: Config) -> None:
+    """`algo.advantage=gigpo` groups steps by identical env states: the env must say what that means."""
+    if cfg.algo.advantage != "gigpo":
+        return
+    env_class = ENV_CLASSES.get(str(cfg.env.name).lower())
+    if env_class is not None and not has_state_key(env_class):
+        with_keys = ", ".join(name for name, cls in sorted(ENV_CLASSES.items()) if has_state_key(cls))
+        raise ConfigError(
+            f"algo.advantage=gigpo needs anchor states, and env.name={cfg.env.name} has no state_key to say which "
+            f"states are identical; use an env that has one ({with_keys}) or another algo.advantage"
+        )
