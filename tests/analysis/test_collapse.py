@@ -83,18 +83,21 @@ def test_a_run_read_alarm_hits_and_false_alarms():
 
 
 def test_replaying_the_alarm_with_other_settings():
-    """The alarm's own rule on the logged stream: the first-turn MI z-score EMA falls at each of 2 diagnostics by
-    more than 0.5 in all while the entropy holds."""
+    """The alarm's own rule on the logged stream: retrieval above chance at most a fifth of its baseline over the
+    window, H(Z|X) held."""
     metrics = {
-        "collapse/first_turn/mi_zscore_ema": [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)],
-        "collapse/first_turn/cond_entropy": [(1, 10.0), (2, 10.0), (3, 10.0), (4, 10.0)],
-        "actor/entropy": [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)],
+        "collapse/first_turn/retrieval_acc": [(1, 0.9), (2, 0.7), (3, 0.4), (4, 0.2), (5, 0.15)],
+        "collapse/first_turn/retrieval_chance": [(s, 0.1) for s in range(1, 6)],
+        "collapse/first_turn/cond_entropy": [(s, 2.0) for s in range(1, 6)],
+        "actor/entropy": [(s, 1.0) for s in range(1, 6)],
     }
-    assert replay_alarm(run(metrics), patience=2, min_drop=0.5, min_relative_drop=0.25) == 3
-    assert replay_alarm(run(metrics), patience=3, min_drop=0.5, min_relative_drop=0.25) == 4
-    assert replay_alarm(run(metrics), patience=2, min_drop=2.5, min_relative_drop=0.25) is None
+    # baseline 0.8; window 1: 0.6, 0.3, 0.1 (<= 0.16 at step 4); window 2: (0.3, 0.1) 0.2, (0.1, 0.05) 0.075 at 5
+    assert replay_alarm(run(metrics), baseline=1, window=1) == 4
+    assert replay_alarm(run(metrics), baseline=1, window=2) == 5
+    assert replay_alarm(run(metrics), baseline=1, window=1, mi_fraction=0.05) is None
+    assert replay_alarm(run(metrics)) is None  # baseline 3 and window 3 need six points
     with pytest.raises(ValueError):
-        replay_alarm(run(metrics), patience=0)
+        replay_alarm(run(metrics), window=0)
 
 
 def test_compare_prints_and_writes_the_collapse_reading(sweep, tmp_path, capsys):

@@ -1,92 +1,70 @@
-"""The template-collapse alarm on hand-written diagnostics streams: MI falling k times with the entropy
-held fires it; a healthy run, noise below the minimum drop and a low-entropy deterministic policy do not."""
+"""The template-collapse alarm on hand-written diagnostics streams: retrieval above chance losing most of its
+starting level while H(Z|X) holds fires it; a healthy run, a dip of one entry and a low-entropy policy do not."""
 
 from __future__ import annotations
+
+import pytest
 
 from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.alarm import CollapseAlarm
 
-Z, H = "collapse/first_turn/mi_zscore_ema", "collapse/first_turn/cond_entropy"
-ACC, CHANCE = "collapse/first_turn/retrieval_acc", "collapse/first_turn/retrieval_chance"
+ACC, CHANCE, H = (f"collapse/first_turn/{k}" for k in ("retrieval_acc", "retrieval_chance", "cond_entropy"))
 
 
-def _feed(alarm: CollapseAlarm, zscores, entropies=None):
-    entropies = entropies or [2.0] * len(zscores)
-    return [alarm.update({Z: z, H: h, "rollout/reward": 0.5}) for z, h in zip(zscores, entropies)]
+def _feed(alarm: CollapseAlarm, accuracies, entropies=None, chance=0.1):
+    entropies = entropies or [2.0] * len(accuracies)
+    return [alarm.update({ACC: a, CHANCE: chance, H: h, "rollout/reward": 0.5}) for a, h in zip(accuracies, entropies)]
 
 
-def test_template_collapse_fires_only_after_k_falls():
-    # 3.0 > 2.5 > 1.8 > 1.0: three falls, drop 2.0 > 0.5, entropy 2.1 >= 0.75 * 2.0
-    assert _feed(CollapseAlarm(), [3.0, 2.5, 1.8, 1.0], [2.0, 2.0, 1.9, 2.1]) == [False, False, False, True]
+def test_template_collapse_fires_once_the_windows_mean_falls_below_a_fifth_of_the_baseline():
+    # above chance: baseline mean(0.8, 0.7, 0.9) = 0.8, bound 0.16; windows after it: (0.5, 0.3, 0.1) -> 0.3,
+    # (0.3, 0.1, 0.05) -> 0.15 <= 0.16; entropy window mean 2.0 >= 0.8 x 2.0
+    stream = [0.9, 0.8, 1.0, 0.6, 0.4, 0.2, 0.15]
+    assert _feed(CollapseAlarm(), stream) == [False] * 6 + [True]
+    alarm = CollapseAlarm()
+    _feed(alarm, stream)
+    assert alarm.levels() == pytest.approx((0.15, 2.0, 0.8, 2.0))
 
 
-def test_a_healthy_run_stays_quiet():
-    assert _feed(CollapseAlarm(), [1.0, 1.2, 1.1, 1.5, 1.6, 1.6]) == [False] * 6
-
-
-def test_falls_below_the_minimum_drop_are_noise():
-    # three falls of 0.1: total 0.3 <= 0.5
-    assert _feed(CollapseAlarm(), [1.0, 0.9, 0.8, 0.7]) == [False] * 4
-    # the same stream fires once the minimum is below 0.3
-    assert _feed(CollapseAlarm(min_drop=0.25), [1.0, 0.9, 0.8, 0.7])[-1] is True
-
-
-def test_a_high_mi_that_wobbles_down_a_little_is_not_a_collapse():
-    # iterations 16-31 of a default FrozenLake run (retrieval accuracy 0.94 vs chance 0.07 at its end), which the
-    # rule without a relative drop flagged: three falls of 1.04 z-units in all, but 17% of where they started
-    stream = [6.15, 5.628, 5.36, 5.106]
-    assert _feed(CollapseAlarm(), stream) == [False] * 4
-    assert _feed(CollapseAlarm(min_relative_drop=0.15), stream)[-1] is True
+def test_a_healthy_run_and_a_single_dip_stay_quiet():
+    assert _feed(CollapseAlarm(), [0.9, 0.8, 1.0, 0.85, 0.9, 0.95, 0.8]) == [False] * 7
+    # one entry at chance among healthy ones: the window's mean (0.7 + 0 + 0.8) / 3 stays above 0.16
+    assert _feed(CollapseAlarm(), [0.9, 0.8, 1.0, 0.8, 0.1, 0.9]) == [False] * 6
 
 
 def test_a_low_entropy_deterministic_policy_is_not_template_collapse():
-    # MI falls as above, but the entropy falls too: 0.8 < (1 - 0.25) * 2.0 = 1.5
-    assert _feed(CollapseAlarm(), [3.0, 2.5, 1.8, 1.0], [2.0, 1.6, 1.2, 0.8]) == [False] * 4
-    # with a 70% tolerance 0.8 >= 0.3 * 2.0 = 0.6: the entropy rule was what kept it quiet
-    assert _feed(CollapseAlarm(entropy_tolerance=0.7), [3.0, 2.5, 1.8, 1.0], [2.0, 1.6, 1.2, 0.8])[-1] is True
+    stream, entropies = [0.9, 0.8, 1.0, 0.2, 0.15, 0.12], [2.0, 2.0, 2.0, 1.2, 1.1, 1.0]
+    # the MI fell as in a collapse, but so did H(Z|X): window mean 1.1 < 0.8 x 2.0
+    assert _feed(CollapseAlarm(), stream, entropies) == [False] * 6
+    # with a floor of 0.5 (1.1 >= 1.0) the entropy rule was what kept it quiet
+    assert _feed(CollapseAlarm(entropy_floor=0.5), stream, entropies)[-1] is True
 
 
-def test_a_rise_breaks_the_streak_and_the_alarm_clears_when_the_mi_recovers():
-    alarm = CollapseAlarm()
-    # 2.5 -> 2.6 is a rise: the window [2.5, 2.6, 1.8, 1.0] is not strictly decreasing
-    assert _feed(alarm, [3.0, 2.5, 2.6, 1.8, 1.0]) == [False] * 5
-    # [2.6, 1.8, 1.0, 0.5]: three falls, drop 2.1
-    assert _feed(alarm, [0.5, 1.5]) == [True, False]
+def test_the_alarm_clears_when_the_mi_recovers_and_entries_without_diagnostics_are_no_points():
+    alarm = CollapseAlarm(baseline=1, window=2)
+    assert _feed(alarm, [0.9, 0.1, 0.1]) == [False, False, True]
+    assert alarm.update({"rollout/reward": 0.5}) is None and alarm.on is True  # diagnostics not due
+    assert alarm.update({ACC: float("nan"), CHANCE: 0.1, H: 2.0}) is None
+    assert _feed(alarm, [0.9]) == [False]  # window (0.0, 0.8): mean 0.4 > 0.16
 
 
-def test_iterations_without_diagnostics_are_no_points():
-    alarm = CollapseAlarm()
-    assert alarm.update({"rollout/reward": 0.5}) is None
-    assert alarm.update({Z: float("nan"), H: 2.0}) is None
-    assert _feed(alarm, [3.0, 2.5]) == [False, False]
-    assert alarm.update({"rollout/reward": 0.1}) is None
-    assert _feed(alarm, [1.8, 1.0]) == [False, True]
-
-
-def test_retrieval_above_chance_stands_in_for_a_missing_zscore():
-    alarm = CollapseAlarm()
-    # above chance: 0.35, 0.25, 0.15, 0.05; drop 0.30 > min_drop_retrieval 0.1 (though not > 0.5)
-    stream = [{ACC: acc, CHANCE: 0.25, H: 2.0} for acc in (0.6, 0.5, 0.4, 0.3)]
-    assert [alarm.update(m) for m in stream] == [False, False, False, True]
-    # the z-score returns: a new signal, a new window
-    assert alarm.update({Z: -5.0, H: 2.0}) is False and alarm.values == [-5.0]
-
-
-def test_the_state_survives_a_resume():
+def test_the_state_survives_a_resume_and_an_older_state_starts_afresh():
     first = CollapseAlarm()
-    _feed(first, [3.0, 2.5, 1.8], [2.0, 2.2, 2.2])
+    _feed(first, [0.9, 0.8, 1.0, 0.6, 0.4, 0.2])
     resumed = CollapseAlarm()
     resumed.load_state_dict(first.state_dict())
-    # the first entropy 2.0 came along: 1.6 >= 1.5 holds against it (not against 2.2, whose bound is 1.65)
-    assert resumed.update({Z: 1.0, H: 1.6}) is True and resumed.state_dict()["on"] is True
+    assert resumed.update({ACC: 0.12, CHANCE: 0.1, H: 2.0}) is True  # window (0.3, 0.1, 0.02): 0.14
+    older = CollapseAlarm()
+    older.load_state_dict({"signal": "mi_zscore_ema", "values": [3.0, 2.0], "first_entropy": 2.0, "on": True})
+    assert (older.base, older.recent, older.on) == ([], [], False)
 
 
-def test_the_config_defaults_are_the_detectors():
+def test_bad_settings_and_the_config_defaults():
+    with pytest.raises(ValueError):
+        CollapseAlarm(window=0)
+    with pytest.raises(ValueError):
+        CollapseAlarm(mi_fraction=1.0)
     cfg, alarm = DiagnosticsConfig(), CollapseAlarm()
-    assert (cfg.collapse_patience, cfg.collapse_entropy_tolerance) == (alarm.patience, alarm.entropy_tolerance)
-    assert cfg.collapse_min_relative_drop == alarm.min_relative_drop
-    assert alarm.min_drops == {
-        "mi_zscore_ema": cfg.collapse_min_drop,
-        "retrieval_above_chance": cfg.collapse_min_drop_retrieval,
-    }
+    assert (cfg.collapse_baseline, cfg.collapse_window) == (alarm.baseline, alarm.window)
+    assert (cfg.collapse_mi_fraction, cfg.collapse_entropy_floor) == (alarm.mi_fraction, alarm.entropy_floor)
     assert cfg.on_collapse == "warn"

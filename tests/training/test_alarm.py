@@ -17,7 +17,11 @@ from ragen_lit.training.alarm import CollapseAlarmCallback
 from ragen_lit.training.callbacks import IterationLogger
 
 ROOT = Path(__file__).resolve().parents[2]
-Z, H = "collapse/first_turn/mi_zscore_ema", "collapse/first_turn/cond_entropy"
+ACC, CHANCE, H = (f"collapse/first_turn/{k}" for k in ("retrieval_acc", "retrieval_chance", "cond_entropy"))
+
+
+def _entry(accuracy: float) -> dict[str, float]:
+    return {ACC: accuracy, CHANCE: 0.1, H: 1.0}
 
 
 class _Recorder:
@@ -58,32 +62,30 @@ def _iterations(callback, trainer, entries):
 
 
 def test_warn_logs_every_diagnostics_iteration_and_prints_once_until_it_clears(capsys):
-    callback, trainer, saved = _trainer(collapse_patience=1)
-    # z: 2 (no fall yet), no diagnostics, 1 (fires), 0 (still on: no new line), 3 (clears), 2 (fires again)
-    _iterations(
-        callback,
-        trainer,
-        [{Z: 2.0, H: 1.0}, {}, {Z: 1.0, H: 1.0}, {Z: 0.0, H: 1.0}, {Z: 3.0, H: 1.0}, {Z: 2.0, H: 1.0}],
-    )
+    callback, trainer, saved = _trainer(collapse_baseline=1, collapse_window=1)
+    # above chance: 0.8 (the baseline), no diagnostics, 0.1 (fires: <= 0.2 x 0.8), 0.0 (still on: no new line),
+    # 0.7 (clears), 0.05 (fires again)
+    _iterations(callback, trainer, [_entry(0.9), {}, _entry(0.2), _entry(0.1), _entry(0.8), _entry(0.15)])
     assert trainer.loggers[0].logged == [
         (step, {"collapse/alarm": value}) for step, value in [(1, 0.0), (3, 1.0), (4, 1.0), (5, 0.0), (6, 1.0)]
     ]
     lines = [line for line in capsys.readouterr().out.splitlines() if line]
     assert len(lines) == 2 and lines[0].startswith("warning: template collapse at iteration 3")
-    assert "2 -> 1 over 1 diagnostics" in lines[0] and "iteration 6" in lines[1]
+    assert "fell to 0.1 from 0.8" in lines[0] and "iteration 6" in lines[1]
     assert trainer.should_stop is False and saved == []
 
 
 def test_stop_writes_last_unless_model_checkpoint_writes_this_iteration_and_off_does_nothing():
-    callback, trainer, saved = _trainer("stop", checkpoint_every=5, collapse_patience=1)
-    _iterations(callback, trainer, [{Z: 2.0, H: 1.0}, {Z: 1.0, H: 1.0}])
+    one = {"collapse_baseline": 1, "collapse_window": 1}
+    callback, trainer, saved = _trainer("stop", checkpoint_every=5, **one)
+    _iterations(callback, trainer, [_entry(0.9), _entry(0.1)])
     assert trainer.should_stop is True and saved == [(1, "ckpts/last.ckpt")]
     assert trainer.checkpoint_callback.last_model_path == "ckpts/last.ckpt"
-    callback, trainer, saved = _trainer("stop", checkpoint_every=2, collapse_patience=1)
-    _iterations(callback, trainer, [{Z: 2.0, H: 1.0}, {Z: 1.0, H: 1.0}])  # iteration 2: ModelCheckpoint's turn
+    callback, trainer, saved = _trainer("stop", checkpoint_every=2, **one)
+    _iterations(callback, trainer, [_entry(0.9), _entry(0.1)])  # iteration 2: ModelCheckpoint's turn
     assert trainer.should_stop is True and saved == []
-    callback, trainer, saved = _trainer("off", collapse_patience=1)
-    _iterations(callback, trainer, [{Z: 2.0, H: 1.0}, {Z: 1.0, H: 1.0}])
+    callback, trainer, saved = _trainer("off", **one)
+    _iterations(callback, trainer, [_entry(0.9), _entry(0.1)])
     assert trainer.loggers[0].logged == [] and trainer.should_stop is False
 
 
@@ -100,8 +102,9 @@ def test_the_callback_must_follow_iteration_logger():
             "diagnostics.on_collapse=halt",
             "diagnostics.on_collapse='halt' is not allowed; choose one of: warn, stop, off",
         ),
-        ("diagnostics.collapse_patience=0", "diagnostics.collapse_patience=0 is out of range; it must be >= 1"),
-        ("diagnostics.collapse_entropy_tolerance=1.5", "diagnostics.collapse_entropy_tolerance=1.5 is out of range"),
+        ("diagnostics.collapse_window=0", "diagnostics.collapse_window=0 is out of range; it must be >= 1"),
+        ("diagnostics.collapse_mi_fraction=1", "diagnostics.collapse_mi_fraction=1.0 is out of range; it must be < 1"),
+        ("diagnostics.collapse_patience=2", "diagnostics.collapse_patience=2: this setting was removed"),
     ],
 )
 def test_bad_alarm_settings_are_refused_in_one_line(override, message):
@@ -114,9 +117,9 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
     compute = CollapseDiagnostics.maybe_compute
 
     def falling_mi(self, policy, chat, trajectories, iteration, temperature=1.0, **options):
-        # the real diagnostics, with the MI forced down by 1 z-unit per iteration and the entropy held
+        # the real diagnostics, with retrieval above chance forced down from 0.8 by 0.35 per iteration, H held
         real = compute(self, policy, chat, trajectories, iteration, temperature, **options)
-        return {**real, Z: 3.0 - iteration, H: 2.0}
+        return {**real, ACC: 0.9 - 0.35 * iteration, CHANCE: 0.1, H: 2.0}
 
     monkeypatch.setattr(CollapseDiagnostics, "maybe_compute", falling_mi)
     small = [
@@ -133,10 +136,11 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
         "diagnostics.trajectory=false",
         "optim.micro_batch_size=4",
         "diagnostics.on_collapse=stop",
-        "diagnostics.collapse_patience=2",
+        "diagnostics.collapse_baseline=1",
+        "diagnostics.collapse_window=1",
     ]
-    # z = 3, 2, 1 at iterations 1-3: the second fall (drop 2 > 0.5) fires at iteration 3 of 6; ModelCheckpoint
-    # saves at iteration 2 only, so without the alarm's own save last.ckpt would hold iteration 2
+    # above chance 0.8 (the baseline), 0.45, 0.1 at iterations 1-3: 0.1 <= 0.2 x 0.8 fires at iteration 3 of 6;
+    # ModelCheckpoint saves at iteration 2 only, so without the alarm's own save last.ckpt would hold iteration 2
     summary = fit(
         load_config(
             str(ROOT / "conf" / "frozenlake.yaml"), [*small, "trainer.iterations=6", "trainer.checkpoint_every=2"]
@@ -146,15 +150,17 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
     checkpoints = next(tmp_path.glob("frozenlake-*")) / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-epoch=0001.ckpt", "last.ckpt"]
     state = torch.load(checkpoints / "last.ckpt", weights_only=False)
-    assert state["epoch"] == 2 and state["callbacks"]["CollapseAlarmCallback"]["values"] == [3.0, 2.0, 1.0]
+    alarm = state["callbacks"]["CollapseAlarmCallback"]
+    assert state["epoch"] == 2 and alarm["on"] is True
+    assert (alarm["base"], alarm["recent"]) == ([pytest.approx([0.8, 2.0])], [pytest.approx([0.1, 2.0])])
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     run = mlflow.search_runs(experiment_names=["ragen_lit"]).iloc[0]
     history = mlflow.tracking.MlflowClient().get_metric_history(run["run_id"], "collapse/alarm")
     assert sorted((m.step, m.value) for m in history) == [(1, 0.0), (2, 0.0), (3, 1.0)]
     assert run["metrics.summary/iterations"] == 3
 
-    # resume: the restored window [2, 1, 0] keeps the alarm on at iteration 4 (a fresh one would hold one value),
-    # which is no new firing, so the run goes on to its end
+    # resume: the restored baseline keeps the alarm on at iteration 4 (a fresh one would take that iteration as its
+    # baseline), which is no new firing, so the run goes on to its end
     summary = fit(
         load_config(str(ROOT / "conf" / "frozenlake.yaml"), [*small, "trainer.iterations=4", "trainer.resume=last"])
     )

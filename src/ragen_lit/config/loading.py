@@ -27,6 +27,12 @@ RETIRED_KEYS = {
     "rollout.hf_pad_prefill": "padding prefills to multiples of 64 positions gained nothing on an H200 "
     "(docs/PERFORMANCE.md)",
     **{
+        f"diagnostics.collapse_{name}": "the collapse alarm compares window means of retrieval above chance and "
+        "H(Z|X) with the run's first diagnostics (diagnostics.collapse_baseline, collapse_window, "
+        "collapse_mi_fraction, collapse_entropy_floor)"
+        for name in ("patience", "min_drop", "min_drop_retrieval", "min_relative_drop", "entropy_tolerance")
+    },
+    **{
         f"rollout.hf_{name}": _ON_THE_FAST_PATH
         for name in ("share_prefixes", "reuse_turns", "decode_attention", "compile_decode", "fuse_projections")
     },

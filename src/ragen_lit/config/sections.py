@@ -295,21 +295,19 @@ class DiagnosticsConfig:
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))
-    """template-collapse alarm on the first-turn scope (MI falls, entropy holds; logged as collapse/alarm):
+    """template-collapse alarm on the first-turn scope (retrieval falls towards chance, H(Z|X) holds; logged as
+    collapse/alarm):
     warn (console line) | stop (end the run cleanly after that iteration's checkpoint) | off"""
-    collapse_patience: int = checked(3, ge=1)
-    """alarm rule k: the first-turn MI z-score fell at each of the last k diagnostics (k+1 values strictly
-    decreasing)"""
-    collapse_min_drop: float = checked(0.5, ge=0)
-    """alarm rule: and fell by more than this over those k+1 values (z-units; ignores noise)"""
-    collapse_min_drop_retrieval: float = checked(0.1, ge=0)
-    """the same minimum drop when the z-score is missing and retrieval accuracy above chance is used (a fraction)"""
-    collapse_min_relative_drop: float = checked(0.25, ge=0, le=1)
-    """alarm rule: and that drop is at least this fraction of the first of those values (a high MI that wobbles
-    down a little is not a collapse)"""
-    collapse_entropy_tolerance: float = checked(0.25, ge=0, le=1)
-    """alarm rule: and the conditional entropy is still >= (1 - this) x its first-diagnostics value (a collapse of
-    the entropy too is a low-entropy deterministic policy, not template collapse)"""
+    collapse_baseline: int = checked(3, ge=1)
+    """alarm: the first this many diagnostics set the run's levels of first-turn retrieval above chance and of
+    H(Z|X) (their means; `metrics.alarm`)"""
+    collapse_window: int = checked(3, ge=1)
+    """alarm: the levels after those are means over this many diagnostics (one diagnostics iteration is noisy)"""
+    collapse_mi_fraction: float = checked(0.2, gt=0, lt=1)
+    """alarm rule 1: retrieval above chance fell to at most this fraction of its baseline (input dependence lost)"""
+    collapse_entropy_floor: float = checked(0.8, ge=0, le=1)
+    """alarm rule 2: and H(Z|X) is still at least this fraction of its baseline (a fall of the entropy too is a
+    low-entropy deterministic policy, not template collapse)"""
 
 
 @dataclass

@@ -20,11 +20,7 @@ class CollapseAlarmCallback(L.Callback):
         d = cfg.diagnostics
         self.mode, self.checkpoint_every = d.on_collapse, cfg.trainer.checkpoint_every
         self.alarm = CollapseAlarm(
-            d.collapse_patience,
-            d.collapse_entropy_tolerance,
-            d.collapse_min_drop,
-            d.collapse_min_drop_retrieval,
-            d.collapse_min_relative_drop,
+            d.collapse_baseline, d.collapse_window, d.collapse_mi_fraction, d.collapse_entropy_floor
         )
 
     def on_train_epoch_end(self, trainer, module):
@@ -43,11 +39,12 @@ class CollapseAlarmCallback(L.Callback):
         if not on or was_on:
             return
         if trainer.is_global_zero:
-            first, last = self.alarm.values[0], self.alarm.values[-1]
+            signal, entropy, base_signal, base_entropy = self.alarm.levels()
             print(
-                f"\nwarning: template collapse at iteration {iteration}: first-turn {self.alarm.signal} fell "
-                f"{first:.3g} -> {last:.3g} over {self.alarm.patience} diagnostics while the conditional entropy "
-                f"held (diagnostics.on_collapse={self.mode}{'; stopping' if self.mode == 'stop' else ''})"
+                f"\nwarning: template collapse at iteration {iteration}: first-turn retrieval above chance fell to "
+                f"{signal:.3g} from {base_signal:.3g} (means over {self.alarm.window} and the first "
+                f"{self.alarm.baseline} diagnostics) while H(Z|X) held at {entropy:.3g} against {base_entropy:.3g} "
+                f"(diagnostics.on_collapse={self.mode}{'; stopping' if self.mode == 'stop' else ''})"
             )
         if self.mode == "stop":
             self._checkpoint_this_iteration(trainer)
