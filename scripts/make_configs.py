@@ -160,6 +160,37 @@ PAPER_ENVS = {
 PAPER_NEEDS = f"# Needs a GPU and the weights of {PAPER_MODEL} (HF hub, or a local folder: model.path=...)"
 
 
+# Template collapse (conf/collapse/): the regime where tiny-model runs collapse (docs/REPRODUCTION.md, "Template
+# collapse"), as the paper's mechanism predicts: a learning rate four times the recipe's, a format penalty that keeps
+# every turn in format (rewards then vary little within a group) and an entropy bonus ten times the default, an
+# input-agnostic regulariser that dominates the gradient of low-variance groups. No filter: the cure is
+# filter.strategy=top_p. Float32 and the exact engine path on every device, so a CPU and a GPU run compute alike.
+COLLAPSE = {
+    "sokoban": (
+        "Sokoban 6x6, one box: template collapse of the tiny model (no filter; compare filter.strategy=top_p)",
+        [
+            "env.name=sokoban",
+            "env.options={size: 6, num_boxes: 1}",
+            *TINY_CPU,
+            "filter.strategy=none",
+            "optim.actor_lr=2e-3",
+            "rollout.format_penalty=-1.0",
+            "algo.entropy_coef=0.01",
+            "trainer.iterations=50",
+            "diagnostics.every_n_iterations=2",
+            "validation.every_n_iterations=10",
+            "logging.save_rollouts=true",
+            "model.dtype=float32",
+            "trainer.precision=32-true",
+            "trainer.matmul_precision=highest",
+            "rollout.exact=true",
+            "model.compile=false",
+            "optim.micro_batch_size=8",
+        ],
+    ),
+}
+
+
 def paper_recipes() -> dict[str, tuple[str, list[str]]]:
     """`<env>_<algo>` -> (description, overrides) for every paper environment x algorithm."""
     recipes = {}
@@ -171,9 +202,9 @@ def paper_recipes() -> dict[str, tuple[str, list[str]]]:
 
 
 def write_all(conf: Path) -> list[Path]:
-    """Write every recipe under `conf` (conf/<name>.yaml and conf/paper/<name>.yaml); returns the files."""
+    """Write every recipe under `conf` (conf/<name>.yaml, conf/paper/ and conf/collapse/); returns the files."""
     written = []
-    groups = [("", RECIPES, []), ("paper/", paper_recipes(), [PAPER_NEEDS])]
+    groups = [("", RECIPES, []), ("paper/", paper_recipes(), [PAPER_NEEDS]), ("collapse/", COLLAPSE, [])]
     for prefix, recipes, notes in groups:
         (conf / prefix).mkdir(parents=True, exist_ok=True)
         for name, (description, overrides) in recipes.items():

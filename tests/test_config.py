@@ -83,11 +83,11 @@ def test_render_yaml_round_trips_every_field(tmp_path):
     assert load_config(str(path)) == cfg
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "conf").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "conf").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_configs_load_show_every_field_and_start_with_their_command(path):
     cfg = load_config(str(path))
     text = path.read_text()
-    assert text.splitlines()[0] == f"# python -m ragen_lit fit --config conf/{path.name}"
+    assert text.splitlines()[0] == f"# python -m ragen_lit fit --config {path.relative_to(ROOT)}"
     for section in dataclasses.fields(Config):
         for f in dataclasses.fields(getattr(cfg, section.name)):
             assert f"  {f.name}: " in text, f"{path.name} lacks {section.name}.{f.name}"

@@ -294,7 +294,13 @@ def test_rollouts_in_bfloat16_from_float32_weights_show_in_the_logprob_gap(tmp_p
     assert gaps["null"] < 1e-3 < gaps["bfloat16"] < 0.1, gaps
 
 
-@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "config",
+    sorted(
+        str(p.relative_to(ROOT / "conf"))
+        for p in [*(ROOT / "conf").glob("*.yaml"), *(ROOT / "conf").glob("collapse/*.yaml")]
+    ),
+)
 def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
     summary = fit(
         _cfg(
