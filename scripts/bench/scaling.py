@@ -10,7 +10,7 @@ left out), tokens from `rollout/sequence_tokens` (mean tokens per episode) x epi
 Per row: step seconds, generation and update seconds, training tokens/s in all and per device (tokens of the
 iteration's episodes / step seconds / devices), and the efficiency: per-device tokens/s over the same strategy's
 one-device run; and, on GPUs, the largest memory any rank allocated while generating and while updating
-(`memory/*_peak_gib`, `training.gpu_memory`). Issue 15's target: >= 85% at 2 and 4 devices.
+(`memory/*_peak_gib`, `training.gpu_memory`). The target: >= 85% at 2 and 4 devices.
 
 Strategy settings: `ddp` trains bfloat16 weights (as `bench_step.py`); `fsdp` float32 weights gathered and
 computed in bfloat16, gradients reduced in float32 (`trainer.fsdp_param_dtype=bfloat16

@@ -259,8 +259,8 @@ class OptimConfig:
     up to pad_to_multiple); a longer sequence goes alone. The update is the same for any grouping"""
     pad_to_multiple: int = checked(0, ge=0)
     """each micro-batch's padded width rounded up to a multiple of this, so that widths repeat from one iteration to the
-    next and kernels that plan per shape reuse their plans (cuDNN attention builds one for each new sequence length: on
-    an H200 the single-turn update took 0.85 s with new widths every iteration, 0.41 s at 64; docs/PERFORMANCE.md).
+    next and kernels that plan per shape reuse their plans (cuDNN attention builds one for each new sequence length,
+    which can double an update's time; docs/PERFORMANCE.md).
     At most multiple-1 padded positions per row; same results. 0 = auto: 64 on a GPU, off on a CPU (no plans to reuse)
     and with padding_free; 1 = off. Not > 1 with padding_free"""
     padding_free: bool = False

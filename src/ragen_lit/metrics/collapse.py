@@ -86,7 +86,7 @@ def kv_bytes_per_token(config, element_size: int) -> int:
 def gpu_tokens_per_forward(total_memory: int, kv_bytes: int) -> int:
     """The auto bound on a GPU: padded tokens whose cache copies take 1/20 of the card, within
     [8192, 262144]. An H100 and the Qwen2.5-0.5B shape (12 KiB per token) get 262144, where the bench's
-    diagnostics iteration took 4.8 s against 6.3 s at 65536 (docs/PERFORMANCE.md, run 21)."""
+    diagnostics iteration took 4.8 s against 6.3 s at 65536 (an H100, commit 0d28cb1)."""
     return int(min(262144, max(8192, total_memory // 20 // kv_bytes)))
 
 
