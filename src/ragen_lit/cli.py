@@ -59,14 +59,15 @@ def _fit(
     cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float
 ) -> dict[str, float]:
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.checkpoint_io import StrictCheckpointIO
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
+    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
     from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
@@ -81,14 +82,7 @@ def _fit(
         write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
     iteration_logger, validation = IterationLogger(started), ValidationRollouts()
     run_figures = RunFigures(iteration_logger, validation)
-    checkpoints = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
-        filename="iter-{epoch:04d}",
-        every_n_epochs=cfg.trainer.checkpoint_every,
-        save_last=True,
-        save_top_k=-1,
-        save_on_train_epoch_end=True,
-    )
+    checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
     trainer = L.Trainer(
         max_epochs=cfg.trainer.iterations,
         accelerator=cfg.trainer.accelerator,
@@ -359,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
-    p_exp.add_argument("run", help="a run folder (its checkpoints/last.ckpt, else the last by name) or a checkpoint")
+    p_exp.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint")
     p_exp.add_argument("--out", required=True, help="the folder to write (new or empty)")
     p_exp.set_defaults(func=_export_command)
     p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")

@@ -220,7 +220,7 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     from ragen_lit.training.tracking import resolve_run_dir
 
     folders = []
-    for name in ("frozenlake-ppo-top_p0.9-a", "frozenlake-ppo-top_p0.9-b"):
+    for name in ("frozenlake-ppo-top_p0.9-20260101-120000", "frozenlake-ppo-top_p0.9-20260101-120000-1"):
         ckpt = tmp_path / name / "checkpoints" / "last.ckpt"
         ckpt.mkdir(parents=True)
         folders.append(ckpt)

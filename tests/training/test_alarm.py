@@ -144,7 +144,7 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
     )
     assert summary["iterations"] == 3
     checkpoints = next(tmp_path.glob("frozenlake-*")) / "checkpoints"
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-epoch=0001.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-0002.ckpt", "last.ckpt"]
     state = torch.load(checkpoints / "last.ckpt", weights_only=False)
     assert state["epoch"] == 2 and state["callbacks"]["CollapseAlarmCallback"]["values"] == [3.0, 2.0, 1.0]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")

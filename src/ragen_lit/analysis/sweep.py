@@ -13,8 +13,9 @@ written before anything starts, so a bad grid value is refused up front, and a c
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
-the runs that finished (`sweep_done` marker), resumes those with a checkpoint (`trainer.resume=last`)
-and starts the rest afresh.
+the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
+(`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
+rest afresh.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 
@@ -130,7 +132,7 @@ def status(spec: RunSpec) -> str:
     """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
     if (spec.folder / DONE_MARKER).is_file():
         return "done"
-    if any(spec.folder.glob("*/checkpoints/last.ckpt")):
+    if spec.folder.is_dir() and any(newest_checkpoint(run) for run in spec.folder.iterdir() if run.is_dir()):
         return "resume"
     return "new"
 
