@@ -32,16 +32,20 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
 
     started = time.perf_counter()
     quiet_third_party(verbose)
-    preflight(cfg, open_store=rank_zero_only.rank == 0)
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
-    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
+    preflight(cfg)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
     changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
     finished = finished_run(cfg, info) if ckpt_path else None
     if finished:
         print(finished_message(run_dir, finished))
         return finished["summary"]
+    if rank_zero_only.rank == 0:  # the other ranks start after rank zero opened it
+        from ragen_lit.training.store import open_store
+
+        open_store(cfg)  # last: a run refused above leaves no store behind
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
     # ranks launched by Lightning re-run this command: they must share rank 0's run folder
     inherited = os.environ.get(_RUN_DIR_ENV)
     if inherited:
@@ -126,13 +130,14 @@ def _fit(
     return summary
 
 
-def preflight(cfg: Config, open_store: bool = True) -> None:
-    """The checks that need this machine (installed packages, devices, files), run before any folder, MLflow run or
-    model is made, so a mistake ends with one line and writes nothing. Last, unless `open_store` is off (a rank
-    other than rank zero, which opened it), the output folder is checked and the MLflow store opened."""
+def preflight(cfg: Config) -> None:
+    """The checks that need this machine (installed packages, devices, memory, files) and the model's shape, run
+    before any folder, MLflow store or model is made, so a mistake ends with one line and writes nothing."""
     import importlib.util
 
     import torch
+
+    from ragen_lit.bounds import check_machine
 
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
@@ -147,11 +152,8 @@ def preflight(cfg: Config, open_store: bool = True) -> None:
         value = getattr(cfg.model, key)
         if value and _looks_local(value) and not Path(value).expanduser().exists():
             raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
+    check_machine(cfg)
     check_env(cfg)
-    if open_store:
-        from ragen_lit.training.store import open_store as open_tracking_store
-
-        open_tracking_store(cfg)
 
 
 def _looks_local(path: str) -> bool:
@@ -253,7 +255,7 @@ def _warm_start_command(args) -> int:
 
     quiet_third_party()
     cfg = load_config(args.config, list(args.overrides))
-    preflight(cfg, open_store=False)  # the checks `fit` makes first: a model path, the env's options, the device
+    preflight(cfg)  # the checks `fit` makes first: a model path, the env's options, the device
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
     record = warm_start(cfg, options)
     out = str(Path(options.out).expanduser().resolve())

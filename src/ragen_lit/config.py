@@ -26,12 +26,14 @@ from ragen_lit.algos import (
     uses_critic,
 )
 from ragen_lit.algos import PRESETS as ALGO_PRESETS
+from ragen_lit.bounds import check_config as check_bounds
 from ragen_lit.engines import DECODE_ATTENTION_KERNELS, ENGINES, HF_CACHE_MODES
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
 from ragen_lit.filtering import SCORES, STRATEGIES
 from ragen_lit.models import ATTENTION_IMPLEMENTATIONS, DTYPES
 from ragen_lit.models.prefix_attention import SCORER_ATTENTION
+from ragen_lit.overrides import parse_overrides
 from ragen_lit.typed_fields import check_fields, checked, field_docs
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,9 @@ PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-t
 
 # MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
 TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+
+# seeds are what numpy's and Lightning's seeding take: unsigned 32-bit integers
+MAX_SEED = 2**32 - 1
 
 # the shortest context that holds an environment's first prompt and one turn's answer
 MIN_CONTEXT_TOKENS = 256
@@ -129,7 +134,7 @@ class RolloutConfig:
     """top-k sampling for training rollouts (0 = off)"""
     format_penalty: float = -0.1
     """reward added for a turn with no valid action"""
-    seed: int = 10000
+    seed: int = checked(10000, ge=0, le=MAX_SEED)
     """first training seed; iteration i uses seeds seed + groups*i + g"""
     max_batch_size: int = checked(256, ge=1)
     """sequences per generation forward (lower it on out-of-memory)"""
@@ -187,7 +192,7 @@ class RolloutConfig:
 class ValidationConfig:
     num_envs: int = checked(64, ge=0)
     """fixed validation instances (seeds seed..seed+num_envs-1), one rollout each"""
-    seed: int = 123
+    seed: int = checked(123, ge=0, le=MAX_SEED)
     """first validation seed"""
     temperature: float = checked(0.5, ge=0.0)
     """sampling temperature for validation rollouts"""
@@ -382,7 +387,7 @@ class LoggingConfig:
 class TrainerConfig:
     iterations: int = checked(20, ge=1)
     """RL iterations (one Lightning epoch each)"""
-    seed: int = 0
+    seed: int = checked(0, ge=0, le=MAX_SEED)
     """global seed"""
     accelerator: str = checked("auto", choices=("cpu", "gpu", "cuda", "auto"))
     """cpu | gpu | auto"""
@@ -475,14 +480,17 @@ def validate(cfg: Config) -> Config:
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
             "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
         )
-    if flt.strategy == "top_p" and flt.value > 1.0:
-        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
-    if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:
+    if flt.strategy in ("top_p", "top_p_softmax") and not 0.0 < flt.value <= 1.0:
         raise ConfigError(
-            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in [0, 1]"
+            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in (0, 1] "
+            "(0 keeps no group)"
         )
-    if flt.strategy == "top_k" and flt.value >= 1 and flt.value != int(flt.value):
-        raise ConfigError(f"filter.value={flt.value!r}: top_k takes a fraction < 1 or a whole count >= 1")
+    if flt.strategy == "min_p" and not 0.0 <= flt.value <= 1.0:
+        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy min_p; it must be in [0, 1]")
+    if flt.strategy == "top_k" and (flt.value <= 0 or flt.value >= 1 and flt.value != int(flt.value)):
+        raise ConfigError(
+            f"filter.value={flt.value!r}: top_k takes a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)"
+        )
     _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
@@ -516,6 +524,7 @@ def validate(cfg: Config) -> Config:
             f"optim.pad_to_multiple={cfg.optim.pad_to_multiple} pads rows that optim.padding_free=true packs without "
             "padding; use one of them (pad_to_multiple=0 leaves it to padding_free)"
         )
+    check_bounds(cfg)
     return cfg
 
 
@@ -553,16 +562,8 @@ def _check_anchor_states(cfg: Config) -> None:
 
 
 def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as err:
-        first = str(err).splitlines()[0]
-        raise ConfigError(f"{first}; overrides look like key.sub=value (e.g. filter.value=0.8)") from None
     pairs = []
-    for o in parsed:
+    for o in parse_overrides(list(overrides)):
         if o.is_delete() or o.is_add():
             raise ConfigError(
                 f"override {o.input_line!r}: '+'/'~' overrides are not supported; every key exists already"
@@ -608,6 +609,10 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             loaded = OmegaConf.to_container(OmegaConf.load(path))
         except FileNotFoundError:
             raise ConfigError(f"--config {path}: no such file") from None
+        except IsADirectoryError:
+            raise ConfigError(f"--config {path}: a folder, not a YAML file (e.g. conf/frozenlake.yaml)") from None
+        except OSError as err:
+            raise ConfigError(f"--config {path}: cannot be read ({err.strerror or err})") from None
         except (OmegaConfBaseException, ValueError) as err:
             raise ConfigError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
         except yaml.YAMLError as err:
@@ -645,6 +650,9 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             if not isinstance(value, str):
                 raise ConfigError(f"{key}={value!r}: a preset name is expected")
             tree[key] = {"name": value}
+        elif key == head and not isinstance(value, dict):
+            keys = ", ".join(f.name for f in dataclasses.fields(getattr(Config(), head)))
+            raise ConfigError(f"{key}={value!r}: {key} is a section, not a value or a preset; set its keys ({keys})")
         else:
             _set_dotted(tree, key, value)
     for old, new in renamed.items():
@@ -662,7 +670,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         merged = OmegaConf.merge(schema, tree)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
-        raise ConfigError(_omegaconf_message(err)) from None
+        raise ConfigError(_omegaconf_message(err, schema, tree)) from None
     return validate(cfg)
 
 
@@ -673,10 +681,10 @@ def _yaml_problem(err) -> str:
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
-def _omegaconf_message(err) -> str:
+def _omegaconf_message(err, schema, tree: dict) -> str:
     from omegaconf.errors import ConfigKeyError, ValidationError
 
-    key = getattr(err, "full_key", None) or "?"
+    key = getattr(err, "full_key", None) or _failing_key(schema, tree)
     if isinstance(err, ConfigKeyError):
         parent, _, _ = key.rpartition(".")
         node: Any = Config()
@@ -689,6 +697,29 @@ def _omegaconf_message(err) -> str:
     if isinstance(err, ValidationError):
         return f"{key}: {str(err).splitlines()[0]}"
     return f"{key}: {str(err).splitlines()[0]}"
+
+
+def _failing_key(schema, tree: dict, prefix: str = "") -> str:
+    """The dotted key of `tree` that does not merge onto `schema`, for an error OmegaConf gives without its key (a
+    list or a scalar merged onto a section, a mapping onto a value)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        try:
+            OmegaConf.merge(schema, _nested(key, value))
+        except OmegaConfBaseException:
+            section = isinstance(OmegaConf.select(schema, key), DictConfig)
+            return _failing_key(schema, value, f"{key}.") if section and isinstance(value, dict) else key
+    return prefix.rstrip(".") or "the config"
+
+
+def _nested(key: str, value: Any) -> dict:
+    """`a.b.c`, v -> {a: {b: {c: v}}}."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import torch
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
+from ragen_lit.overrides import parse_overrides
 
 DONE_MARKER = "sweep_done"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
@@ -59,13 +60,10 @@ class RunSpec:
 def expand_grid(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
     """(fixed overrides, grid points): each grid point is the list of `key=value` strings of one
     combination of the sweep overrides, in the order given (Hydra's override grammar and parser)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as error:
-        raise ConfigError(f"sweep grid: {str(error).splitlines()[0]}") from None
+        parsed = parse_overrides(list(overrides), sweeps=True)
+    except ConfigError as error:
+        raise ConfigError(f"sweep grid: {error}") from None
     fixed, axes = [], []
     for override, text in zip(parsed, overrides, strict=True):
         if override.is_sweep_override():
