@@ -68,11 +68,11 @@ def _fit(
     from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
     from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
 
@@ -80,14 +80,52 @@ def _fit(
     module = AgentRLModule(cfg)
     data = RolloutDataModule(cfg, run_dir)
     logger = make_logger(cfg, run_dir, info)
-    if rank_zero_only.rank == 0:
-        if not info:
-            logger.log_hyperparams({"model.resolved_path": module.model_path})
-        write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
-    iteration_logger, validation = IterationLogger(started), ValidationRollouts()
-    run_figures = RunFigures(iteration_logger, validation)
-    checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
-    trainer = L.Trainer(
+    rank_zero = rank_zero_only.rank == 0
+    trainer = None
+    try:
+        if rank_zero:
+            if not info:
+                logger.log_hyperparams({"model.resolved_path": module.model_path})
+            write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
+        iteration_logger, validation = IterationLogger(started), ValidationRollouts()
+        run_figures = RunFigures(iteration_logger, validation)
+        checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
+        # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
+        callbacks = [iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints]
+        trainer = _trainer(cfg, run_dir, logger, [*callbacks, run_figures])
+        if trainer.is_global_zero:
+            print(describe_run(cfg, trainer, run_dir), flush=True)
+            # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
+            logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
+        summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
+        if rank_zero:
+            logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
+            logger.experiment.log_dict(logger.run_id, summary, "summary.json")
+            record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
+    except BaseException as err:
+        fault = machine_fault(err, logger._tracking_uri)
+        refused = logger.close("FAILED") if rank_zero else None  # Lightning closed it already if it was in training
+        if fault is None:
+            raise
+        status = mlflow_status("FAILED", refused)
+        raise RunError(stopped_message(fault, run_dir, where_stopped(trainer), status)) from err
+    if rank_zero:
+        refused = logger.close("FINISHED")
+        if refused is not None:
+            raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
+        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
+        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+    return summary
+
+
+def _trainer(cfg: Config, run_dir: Path, logger, callbacks: list):
+    import lightning as L
+
+    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
+
+    return L.Trainer(
         max_epochs=cfg.trainer.iterations,
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
@@ -96,15 +134,7 @@ def _fit(
         precision=cfg.trainer.precision,
         plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=logger,
-        # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
-        callbacks=[
-            iteration_logger,
-            CollapseAlarmCallback(cfg),
-            validation,
-            IterationProgressBar(),
-            checkpoints,
-            run_figures,
-        ],
+        callbacks=callbacks,
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -114,20 +144,6 @@ def _fit(
         use_distributed_sampler=False,
         default_root_dir=str(run_dir),
     )
-    if trainer.is_global_zero:
-        print(describe_run(cfg, trainer, run_dir), flush=True)
-        # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
-        logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
-    summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
-    if trainer.is_global_zero:
-        logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
-        logger.experiment.log_dict(logger.run_id, summary, "summary.json")
-        record_finished(run_dir, cfg, summary)
-        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
-        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
-    return summary
 
 
 def preflight(cfg: Config) -> None:

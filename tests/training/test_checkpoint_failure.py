@@ -55,7 +55,9 @@ def test_an_unwritable_checkpoint_folder_stops_the_run_and_keeps_the_logs(
     (checkpoints,) = locked
     assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
     assert f"checkpoint {checkpoints / 'iter-0002.ckpt'} could not be written (Permission denied)" in errors[0]
-    assert "trainer.resume=last" in errors[0]
+    assert "the run stopped in iteration 2; its MLflow run is marked FAILED" in errors[0]
+    newest = checkpoints / "last.ckpt"
+    assert f"its newest checkpoint is {newest}; fix it and continue with trainer.resume=last" in errors[0]
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     (run,) = mlflow.search_runs(experiment_names=["ragen_lit"]).itertuples()

@@ -140,6 +140,8 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     )
     if not info.get("mlflow_run_id"):
         logger.log_hyperparams(flat_dict(cfg))
+    elif rank_zero_only.rank == 0:  # a resumed run runs again, whatever its last process left it as
+        logger.experiment.update_run(logger.run_id, status="RUNNING")
     return logger
 
 
