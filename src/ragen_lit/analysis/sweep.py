@@ -12,6 +12,7 @@ and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved c
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
+A sweep folder is locked while a sweep works in it (`sweep_lock`): a second sweep on it is refused in one line.
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
 (`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
@@ -35,8 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import torch
-
+from ragen_lit.analysis.sweep_lock import sweep_lock
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
@@ -302,11 +302,30 @@ def run_sweep(
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: give at least 1")
     root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
+    if name is not None and (name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")):
+        raise ConfigError(f"--name {name!r}: give a plain folder name (no '/' or '\\'), made inside {root}")
     name = name or sweep_name(config, overrides, seeds)
     specs = plan(config, overrides, seeds, root, name)
     if not print_commands:  # a launcher places printed commands itself
+        import torch
+
         check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
+    with sweep_lock(root / name):
+        return _run_locked(specs, name, root, seeds, parallel, threads, devices, print_commands)
+
+
+def _run_locked(
+    specs: list[RunSpec],
+    name: str,
+    root: Path,
+    seeds: int,
+    parallel: int | None,
+    threads: int,
+    devices: list[str] | None,
+    print_commands: bool,
+) -> int:
+    """`run_sweep` past its checks, under the sweep folder's lock."""
     for spec in specs:
         if status(spec) != "done":
             write_run_config(spec, name, threads)
