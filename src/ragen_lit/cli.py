@@ -13,11 +13,11 @@ import time
 import typing
 from pathlib import Path
 
+# nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
+# Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
-from ragen_lit.diagnose import DiagnoseOptions
 from ragen_lit.errors import RunError
 from ragen_lit.typed_fields import field_docs, flag
-from ragen_lit.warm_start import RECORD, WarmStartOptions
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -252,7 +252,7 @@ def _sweep_command(args) -> int:
 
 
 def _diagnose_command(args) -> int:
-    from ragen_lit.diagnose import run_diagnose
+    from ragen_lit.diagnose import DiagnoseOptions, run_diagnose
 
     return run_diagnose(DiagnoseOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseOptions)}))
 
@@ -267,7 +267,7 @@ def _export_command(args) -> int:
 
 def _warm_start_command(args) -> int:
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import warm_start
+    from ragen_lit.warm_start import RECORD, WarmStartOptions, warm_start
 
     quiet_third_party()
     cfg = load_config(args.config, list(args.overrides))
@@ -327,6 +327,10 @@ def _compare_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # the command's word: the top level takes no option with a value. The flags of warm-start and diagnose come from
+    # option classes in modules that import torch, loaded only for that command
+    command = next((word for word in argv if not word.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_fit = sub.add_parser("fit", help="train an agent (one Lightning epoch per RL iteration)")
@@ -342,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         help="fine-tune the config's model on the scripted expert's episodes of its env, as a start for fit",
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
-    _add_option_flags(p_warm, WarmStartOptions)
+    if command == "warm-start":
+        from ragen_lit.warm_start import WarmStartOptions
+
+        _add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")
     p_warm.set_defaults(func=_warm_start_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
@@ -368,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_sweep.set_defaults(func=_sweep_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
-    _add_option_flags(p_diag, DiagnoseOptions)
+    if command == "diagnose":
+        from ragen_lit.diagnose import DiagnoseOptions
+
+        _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
     p_exp.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint")
