@@ -99,6 +99,11 @@ CASES = {
         ["model.lora.r=100000"],
         "model.lora.r=100000 exceeds the model's width",
     ),
+    "map no context holds": (
+        None,
+        ["env.options.size=3000"],
+        "env.options.size=3000, env.options.success_rate=1.0: env.name=frozenlake then shows observations of up to",
+    ),
     "more threads than cores": (None, ["trainer.threads=1000000"], "trainer.threads=1000000: this machine has"),
     "more devices than the machine has": (
         None,

@@ -2,8 +2,10 @@
 is refused before any work, in one line naming the key and what is allowed.
 
 `check_config` needs no machine (`config.validate` calls it, so `config`, `sweep` and `fit` refuse alike): a turn's
-answer inside the context, and run folders inside `logging.output_dir`. `check_machine` needs this machine and the
-model (`fit` and `warm-start` call it before any folder, store or model is made):
+answer inside the context, and run folders inside `logging.output_dir`. `check_observations` needs one built env:
+its longest observation (its observation space's `max_length`, set by options such as a map's size) must fit in
+the context at `CHARS_PER_TOKEN`. `check_machine` needs this machine and the model (`fit` and `warm-start` call it
+before any folder, store or model is made):
 
 - threads and devices: no more than this machine has;
 - the episodes of one iteration (`rollout.groups` x `rollout.group_size` rollouts, times `algo.max_sampling_rounds`
@@ -31,6 +33,9 @@ from ragen_lit.errors import ConfigError
 HOST_BYTES_PER_TOKEN = 64
 """host memory per token of an iteration's episodes: the ids the rollout loop keeps (Python ints, ~36 bytes each) and
 the batch's tensors built from them (ids, masks, old and reference log-probs, advantages, returns and values)"""
+CHARS_PER_TOKEN = 16
+"""the most characters a token of the context is taken to cover on average (English text averages about 4, the
+tiny model's tokenizer on env text less): an observation longer than the context times this cannot fit in it"""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
 
@@ -53,6 +58,18 @@ def check_config(cfg) -> None:
         raise ConfigError(
             f"logging.run_name={name!r} must be a plain name (no '/' or '\\', not '.' or '..'): it names the run's "
             "folder inside logging.output_dir"
+        )
+
+
+def check_observations(cfg, env) -> None:
+    """`env`, built from `cfg.env`, shows observations that fit in the context; raises ConfigError."""
+    longest, context = env.observation_space.max_length, cfg.rollout.max_context_tokens
+    if longest > context * CHARS_PER_TOKEN:
+        options = ", ".join(f"env.options.{key}={value!r}" for key, value in cfg.env.options.items()) or "its options"
+        raise ConfigError(
+            f"{options}: env.name={cfg.env.name} then shows observations of up to {longest:,} characters, more than "
+            f"rollout.max_context_tokens={context} tokens hold (at {CHARS_PER_TOKEN} characters a token at most); "
+            "make the env smaller or the context longer"
         )
 
 

@@ -178,13 +178,19 @@ def _looks_local(path: str) -> bool:
 
 
 def check_env(cfg: Config) -> None:
-    """Build one env up front so a bad `env.*` value fails before any model is built."""
+    """Build one env up front so a bad `env.*` value, or one that makes observations no context holds, fails before
+    any model is built."""
+    from ragen_lit.bounds import check_observations
     from ragen_lit.envs import make_env
 
     try:
-        make_env(cfg.env.name, **cfg.env.options).close()
+        env = make_env(cfg.env.name, **cfg.env.options)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    try:
+        check_observations(cfg, env)
+    finally:
+        env.close()
 
 
 def _device_count(cfg: Config) -> int:
