@@ -36,6 +36,7 @@ PARALLEL = {
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
 BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "checkpoints"}
+BELOW_TRAINING |= {"checkpoint_files", "bounds", "overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -46,14 +47,18 @@ ALLOWED: dict[str, set[str]] = {
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"errors", "logprobs", "models", "algos", "filtering", "shapes"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models"},
+    "config": {"errors", "typed_fields", "algos", "filtering", "envs", "engines", "models", "bounds", "overrides"},
+    "bounds": {"errors"},
+    "overrides": {"errors"},
+    "checkpoint_files": set(),
+    "machine_bounds": {"errors", "presets"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
     "parallel.sharded": {"parallel.fsdp", "parallel.collectives"},
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
-    "checkpoints": {"errors", "config", "models", "presets"},
+    "checkpoints": {"errors", "config", "models", "presets", "checkpoint_files"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -68,8 +73,9 @@ ALLOWED: dict[str, set[str]] = {
     },
     # the package's own __init__ for its version
     "warm_start": {"__init__", "errors", "typed_fields", "config", "agent", "engines", "envs", "models", "presets"},
-    "analysis": {"errors", "figures", "config"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start"},
+    # training's store checks (sqlite), not its Lightning side
+    "analysis": {"errors", "figures", "config", "overrides", "checkpoint_files", "training"},
+    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "machine_bounds"},
     "bench": BELOW_TRAINING | {"training", "diagnose", "cli", "analysis"},
     "__main__": {"cli"},
     "__init__": {"envs"},

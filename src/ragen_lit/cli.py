@@ -153,7 +153,7 @@ def preflight(cfg: Config) -> None:
 
     import torch
 
-    from ragen_lit.bounds import check_machine
+    from ragen_lit.machine_bounds import check_machine
 
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
