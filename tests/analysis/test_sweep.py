@@ -360,7 +360,7 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"{len(finished_before)} already done" in second.stdout
-    runs = sorted(p.name for p in sweep.iterdir())
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())  # and the sweep's lock file
     assert runs == [
         "filter.strategy-none-seed0",
         "filter.strategy-none-seed1",
