@@ -39,6 +39,7 @@ PARALLEL = {
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
 BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "checkpoints"}
+BELOW_TRAINING |= {"checkpoint_files", "bounds", "overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -51,14 +52,19 @@ ALLOWED: dict[str, set[str]] = {
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"choices", "errors", "typed_fields", "envs"},
+    "config": {"choices", "errors", "typed_fields", "envs", "bounds", "overrides"},
+    "bounds": {"errors"},
+    "overrides": {"errors"},
+    "checkpoint_files": set(),
+    "machine_bounds": {"errors", "presets"},
+    "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
     "parallel.sharded": {"parallel.fsdp", "parallel.collectives"},
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
-    "checkpoints": {"errors", "config", "models", "presets"},
+    "checkpoints": {"errors", "config", "models", "presets", "checkpoint_files"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -84,9 +90,10 @@ ALLOWED: dict[str, set[str]] = {
         "presets",
         "provenance",
     },
-    # metrics: `compare --collapse` replays the collapse alarm on logged streams
-    "analysis": {"errors", "figures", "config", "metrics"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "provenance"},
+    # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
+    # not its Lightning side
+    "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training"},
+    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "provenance", "preflight"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

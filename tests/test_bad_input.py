@@ -1,5 +1,7 @@
 """Bad configurations end `fit` with exit code 2 and one `error:` line naming the key, before any model loads and
-before anything is written (issue 17, items 3 and 4: the output folder and the MLflow store are checked too)."""
+before anything is written (the output folder and the MLflow store are checked too): sizes this machine or the model
+cannot hold, values the override grammar needs quoted (the line shows the quoted form), merge errors (the line names
+the key), run folders outside `logging.output_dir`."""
 
 from __future__ import annotations
 
@@ -61,6 +63,91 @@ CASES = {
     "output folder under a file": (None, [], "{out} is a file, not a folder", _under_a_file),
     "corrupt mlflow store": (None, [], "store {out}/mlruns.db is not a readable sqlite database", _corrupt_store),
     "mlflow store is a folder": (None, [], "store {out}/mlruns.db is a folder, not an sqlite file", _store_is_a_folder),
+    # sizes: the worst case the config allows against this machine's memory and cores, and the model's shape
+    "groups no machine holds": (
+        None,
+        ["rollout.groups=1000000000"],
+        "rollout.groups=1000000000 x rollout.group_size=8 = 8000000000 episodes of up to rollout.max_context_tokens",
+    ),
+    "group size no machine holds": (
+        None,
+        ["rollout.group_size=100000000"],
+        "not one group fits: at most rollout.group_size=",
+    ),
+    "validation episodes no machine holds": (
+        None,
+        ["validation.num_envs=1000000000"],
+        "validation.num_envs=1000000000",
+    ),
+    "answer longer than the context": (
+        None,
+        ["rollout.max_new_tokens=1000000000"],
+        "rollout.max_new_tokens=1000000000 must be below rollout.max_context_tokens=2048",
+    ),
+    "context beyond the model's window": (
+        None,
+        ["rollout.max_context_tokens=1000000000", "rollout.max_new_tokens=100"],
+        "rollout.max_context_tokens=1000000000 exceeds the model's context window (max_position_embeddings=2048",
+    ),
+    "scorer forward no machine holds": (
+        None,
+        ["diagnostics.max_tokens_per_forward=1000000000000"],
+        "diagnostics.max_tokens_per_forward=1000000000000 tokens hold",
+    ),
+    "lora rank beyond the model's width": (
+        None,
+        ["model.lora.r=100000"],
+        "model.lora.r=100000 exceeds the model's width",
+    ),
+    "map no context holds": (
+        None,
+        ["env.options.size=3000"],
+        "env.options.size=3000, env.options.success_rate=1.0: env.name=frozenlake then shows observations of up to",
+    ),
+    "more threads than cores": (None, ["trainer.threads=1000000"], "trainer.threads=1000000: this machine has"),
+    "more devices than the machine has": (
+        None,
+        ["trainer.devices=1000000"],
+        "trainer.devices=1000000: this machine has",
+    ),
+    "seed beyond numpy's": (None, ["trainer.seed=4294967296"], "trainer.seed=4294967296 is out of range"),
+    "negative env seed": (None, ["rollout.seed=-1"], "rollout.seed=-1 is out of range; it must be >= 0"),
+    # a filter that keeps nothing
+    "top_p keeps nothing": (None, ["filter.value=0"], "filter.value=0.0 is out of range for strategy top_p"),
+    "top_k keeps nothing": (None, ["filter.strategy=top_k", "filter.value=0"], "filter.value=0.0: top_k takes"),
+    # where a run writes
+    "run name outside the output folder": (None, ["logging.run_name=../../x"], "logging.run_name='../../x' must be"),
+    "empty output folder": (None, ["logging.output_dir="], "logging.output_dir='' is empty"),
+    "missing checkpoint to resume": (None, ["trainer.resume=/no/such.ckpt"], "trainer.resume='/no/such.ckpt': no such"),
+    "nothing to resume": (None, ["trainer.resume=last"], "trainer.resume=last: no run named"),
+    # values the override grammar takes quoted only: the line shows the quoted form
+    "non-ASCII value": (
+        None,
+        ["env.options.path=données.jsonl"],
+        """env.options.path: the value 'données.jsonl' needs quotes in an override (unquoted it may hold only ASCII \
+letters, digits, spaces and _ / \\ - + . : $ % * @ ? |); pass it as 'env.options.path="données.jsonl"'""",
+    ),
+    "quote in a value": (None, ["logging.run_name=it's"], """pass it as "logging.run_name=\\"it's\\""" ""),
+    "equals sign in a value": (
+        None,
+        ["trainer.resume=/x/iter-epoch=0001.ckpt"],
+        """pass it as 'trainer.resume="/x/iter-epoch=0001.ckpt"'""",
+    ),
+    "home folder with a space": (None, ["model.path=~/my models"], """pass it as 'model.path="~/my models"'"""),
+    "comma in a value of fit": (
+        None,
+        ["logging.run_name=a,b"],
+        """logging.run_name=a,b: a comma (or choice, range, glob) gives several values, a sweep of runs, and this \
+command takes one value; quote a value that holds a comma ('logging.run_name="a,b"')""",
+    ),
+    # merge errors name their key
+    "section given a value": (None, ["env=countdown"], "env='countdown': env is a section, not a value or a preset"),
+    "list onto a mapping": (None, ["env.options=[1,2]"], "env.options: Cannot merge DictConfig with ListConfig"),
+    "yaml list onto a mapping": (
+        "env:\n  options: [1, 2]\n",
+        [],
+        "env.options: Cannot merge DictConfig with ListConfig",
+    ),
 }
 
 
@@ -103,3 +190,29 @@ def test_every_command_prints_its_help(command, capsys):
         main([command, "--help"])
     assert done.value.code == 0
     assert "usage: " in capsys.readouterr().out
+
+
+def test_a_config_path_that_is_a_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --config {tmp_path}: a folder, not a YAML file (e.g. conf/frozenlake.yaml)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_generation_batch_the_memory_cannot_hold_names_the_batch_size(tmp_path, monkeypatch, capsys):
+    """On a machine with 100 MiB available, 128 episodes fit on the host (16 MiB) but a batch of 128 sequences of
+    2048 tokens holds 128 MiB of the tiny model's keys and values in float32 (1 MiB each): at most 100 fit."""
+    from ragen_lit import machine_bounds
+
+    monkeypatch.setattr(machine_bounds, "available_memory", lambda: 100 * 1024**2)
+    small = ["validation.num_envs=64", "rollout.max_batch_size=512"]
+    code = main(["fit", "--config", CONF, f"logging.output_dir={tmp_path / 'out'}", *small])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert (
+        "rollout.max_batch_size=512: a generation batch of 128 sequences of up to rollout.max_context_tokens=2048"
+        in err
+    )
+    assert "holds 0.125 GiB of keys and values (float32)" in err and "at most rollout.max_batch_size=100 fits" in err
+    assert not (tmp_path / "out").exists()

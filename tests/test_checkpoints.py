@@ -104,10 +104,10 @@ def test_export_writes_a_folder_from_pretrained_loads_with_the_trained_logits(ru
 
 
 def test_a_checkpoint_file_and_the_run_folder_rule(run_dir, tiny_model_dir, tmp_path):
-    """RUN as a .ckpt exports that checkpoint; a run folder stands for last.ckpt, else the last name (iteration)."""
+    """RUN as a .ckpt exports that checkpoint; a run folder stands for its newest checkpoint (`checkpoint_files`)."""
     from transformers import AutoModelForCausalLM
 
-    first = run_dir / "checkpoints" / "iter-epoch=0000.ckpt"
+    first = run_dir / "checkpoints" / "iter-0001.ckpt"
     assert _export(first, tmp_path / "first")[0] == 0
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "first").eval()
     ids = list(range(5, 25))
@@ -117,7 +117,7 @@ def test_a_checkpoint_file_and_the_run_folder_rule(run_dir, tiny_model_dir, tmp_
     shutil.copytree(run_dir, copy)
     assert find_checkpoint(copy, "RUN") == (copy / "checkpoints" / "last.ckpt").resolve()
     (copy / "checkpoints" / "last.ckpt").unlink()
-    assert find_checkpoint(copy, "RUN") == (copy / "checkpoints" / "iter-epoch=0001.ckpt").resolve()
+    assert find_checkpoint(copy, "RUN") == (copy / "checkpoints" / "iter-0002.ckpt").resolve()
 
 
 def test_a_sharded_checkpoint_folder_is_exported(run_dir, tiny_model_dir, tmp_path):

@@ -112,7 +112,7 @@ def test_cli_reports_one_line_without_traceback():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: filter.value=1.5 is out of range for strategy top_p; it must be in [0, 1]"
+        "error: filter.value=1.5 is out of range for strategy top_p; it must be in (0, 1] (0 keeps no group)"
     ]
 
 

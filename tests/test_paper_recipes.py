@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lit.cli import check_env, main
+from ragen_lit.cli import main
 from ragen_lit.config import load_config
+from ragen_lit.preflight import check_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "conf" / "paper"

@@ -2,15 +2,15 @@
 `python -m ragen_lit export`, which writes that policy as a transformers folder.
 
 A run folder (`<logging.output_dir>/<run name>-<time>/`) holds `run.json` (the run's resolved config) and
-`checkpoints/`: `iter-epoch=NNNN.ckpt` every `trainer.checkpoint_every` iterations and `last.ckpt`. A checkpoint is
-Lightning's: its `state_dict` holds the policy under `policy.`, the critic under `critic.` (not exported: it is
-a value head, not a language model) and no frozen reference. A LoRA run's (`model.lora.r > 0`) holds the adapters
-and no frozen base weight; its policy here is the base model with the adapters merged in. Under
+`checkpoints/`: `iter-NNNN.ckpt` every `trainer.checkpoint_every` iterations and `last.ckpt` (`checkpoint_files`).
+A checkpoint is Lightning's: its `state_dict` holds the policy under `policy.`, the critic under `critic.` (not
+exported: it is a value head, not a language model) and no frozen reference. A LoRA run's (`model.lora.r > 0`)
+holds the adapters and no frozen base weight; its policy here is the base model with the adapters merged in. Under
 `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint folder (`last.ckpt/`: `meta.pt` and one shard file
 per rank), read here in one process.
 
-The rule for a run folder: `checkpoints/last.ckpt` (the newest state) if it exists, else the checkpoint whose
-name sorts last (the highest iteration, as the names are zero-padded). A checkpoint holds weights only; the
+The rule for a run folder: its newest complete checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt`, or a
+periodic one written after it by a process stopped before its `last.ckpt`). A checkpoint holds weights only; the
 architecture, tokenizer (with its chat template) and generation settings come from the base model the run
 started from (`model.path` or `model.name` in its `run.json`), which must still be loadable.
 """
@@ -23,6 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER, is_sharded_checkpoint, newest_checkpoint
 from ragen_lit.config import LoraConfig, ModelConfig
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, load_tokenizer
@@ -31,11 +32,6 @@ from ragen_lit.presets import resolve_model_path
 
 POLICY_PREFIX = "policy."
 EXPORT_INFO = "ragen_lit_export.json"  # provenance written next to the exported model
-
-
-def is_sharded_checkpoint(path: Path) -> bool:
-    """A distributed-checkpoint folder as Lightning's ModelParallelStrategy writes it (`meta.pt` + shards)."""
-    return path.is_dir() and (path / "meta.pt").is_file()
 
 
 def is_run_or_checkpoint(path: str | os.PathLike) -> bool:
@@ -61,15 +57,13 @@ def find_checkpoint(source: str | os.PathLike, what: str) -> Path:
         return path.resolve()
     if not path.is_dir():
         raise ConfigError(f"{what} {str(source)!r}: no such run folder or checkpoint file")
-    folder = path / "checkpoints"
-    found = sorted(p for p in folder.glob("*.ckpt") if p.is_file() or is_sharded_checkpoint(p))
-    if not found:
+    newest = newest_checkpoint(path)
+    if newest is None:
         raise ConfigError(
-            f"{what} {str(source)!r}: no checkpoints in {folder} (a run folder holds checkpoints/*.ckpt once "
-            "an iteration has finished)"
+            f"{what} {str(source)!r}: no checkpoints in {path / CHECKPOINT_FOLDER} (a run folder holds "
+            "checkpoints/*.ckpt once an iteration has finished)"
         )
-    last = folder / "last.ckpt"
-    return (last if last in found else found[-1]).resolve()
+    return newest.resolve()
 
 
 def policy_state(checkpoint: Path, what: str) -> tuple[dict, dict]:

@@ -13,11 +13,11 @@ import time
 import typing
 from pathlib import Path
 
+# nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
+# Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
-from ragen_lit.diagnose import DiagnoseOptions
 from ragen_lit.errors import RunError
 from ragen_lit.typed_fields import field_docs, flag
-from ragen_lit.warm_start import RECORD, WarmStartOptions
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -32,16 +32,22 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
 
     started = time.perf_counter()
     quiet_third_party(verbose)
-    preflight(cfg, open_store=rank_zero_only.rank == 0)
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
-    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
+    from ragen_lit.preflight import preflight
+
+    preflight(cfg)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
     changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
     finished = finished_run(cfg, info) if ckpt_path else None
     if finished:
         print(finished_message(run_dir, finished))
         return finished["summary"]
+    if rank_zero_only.rank == 0:  # the other ranks start after rank zero opened it
+        from ragen_lit.training.store import open_store
+
+        open_store(cfg)  # last: a run refused above leaves no store behind
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
     # ranks launched by Lightning re-run this command: they must share rank 0's run folder
     inherited = os.environ.get(_RUN_DIR_ENV)
     if inherited:
@@ -59,16 +65,17 @@ def _fit(
     cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float
 ) -> dict[str, float]:
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
+    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
     from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
 
@@ -76,38 +83,65 @@ def _fit(
     module = AgentRLModule(cfg)
     data = RolloutDataModule(cfg, run_dir)
     logger = make_logger(cfg, run_dir, info)
-    if rank_zero_only.rank == 0:
-        if not info:
-            logger.log_hyperparams({"model.resolved_path": module.model_path})
-        write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
-    iteration_logger, validation = IterationLogger(started), ValidationRollouts()
-    run_figures = RunFigures(iteration_logger, validation)
-    checkpoints = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints",
-        filename="iter-{epoch:04d}",
-        every_n_epochs=cfg.trainer.checkpoint_every,
-        save_last=True,
-        save_top_k=-1,
-        save_on_train_epoch_end=True,
-    )
-    trainer = L.Trainer(
+    rank_zero = rank_zero_only.rank == 0
+    trainer = None
+    try:
+        if rank_zero:
+            if not info:
+                logger.log_hyperparams({"model.resolved_path": module.model_path})
+            write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
+        iteration_logger, validation = IterationLogger(started), ValidationRollouts()
+        run_figures = RunFigures(iteration_logger, validation)
+        checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
+        # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
+        callbacks = [iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints]
+        trainer = _trainer(cfg, run_dir, logger, [*callbacks, run_figures])
+        if trainer.is_global_zero:
+            print(describe_run(cfg, trainer, run_dir), flush=True)
+            # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
+            logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
+            if not info:  # what a new run is made from: the code's commit and the weights it starts from
+                for key, value in run_tags(module.model_path).items():
+                    logger.experiment.set_tag(logger.run_id, key, value)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
+        summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
+        if rank_zero:
+            logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
+            logger.experiment.log_dict(logger.run_id, summary, "summary.json")
+            record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
+    except BaseException as err:
+        fault = machine_fault(err, logger._tracking_uri)
+        refused = logger.close("FAILED") if rank_zero else None  # Lightning closed it already if it was in training
+        if fault is None:
+            raise
+        status = mlflow_status("FAILED", refused)
+        raise RunError(stopped_message(fault, run_dir, where_stopped(trainer), status)) from err
+    if rank_zero:
+        refused = logger.close("FINISHED")
+        if refused is not None:
+            raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
+        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
+        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+    return summary
+
+
+def _trainer(cfg: Config, run_dir: Path, logger, callbacks: list):
+    import lightning as L
+
+    from ragen_lit.parallel.strategy import choose_strategy
+    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
+
+    return L.Trainer(
         max_epochs=cfg.trainer.iterations,
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
         num_nodes=cfg.trainer.num_nodes,
-        strategy=_strategy(cfg),
+        strategy=choose_strategy(cfg),
         precision=cfg.trainer.precision,
         plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=logger,
-        # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
-        callbacks=[
-            iteration_logger,
-            CollapseAlarmCallback(cfg),
-            validation,
-            IterationProgressBar(),
-            checkpoints,
-            run_figures,
-        ],
+        callbacks=callbacks,
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -117,96 +151,6 @@ def _fit(
         use_distributed_sampler=False,
         default_root_dir=str(run_dir),
     )
-    if trainer.is_global_zero:
-        print(describe_run(cfg, trainer, run_dir), flush=True)
-        # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
-        logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
-        if not info:  # what a new run is made from: the code's commit and the weights it starts from
-            for key, value in run_tags(module.model_path).items():
-                logger.experiment.set_tag(logger.run_id, key, value)
-    trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
-    summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
-    if trainer.is_global_zero:
-        logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
-        logger.experiment.log_dict(logger.run_id, summary, "summary.json")
-        record_finished(run_dir, cfg, summary)
-        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
-        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
-    return summary
-
-
-def preflight(cfg: Config, open_store: bool = True) -> None:
-    """The checks that need this machine (installed packages, devices, files), run before any folder, MLflow run or
-    model is made, so a mistake ends with one line and writes nothing. Last, unless `open_store` is off (a rank
-    other than rank zero, which opened it), the output folder is checked and the MLflow store opened."""
-    import importlib.util
-
-    import torch
-
-    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
-
-        raise ConfigError(VLLM_EXTRA_MESSAGE)
-    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
-            "use trainer.accelerator=cpu or auto"
-        )
-    for key in ("path", "critic_path"):
-        value = getattr(cfg.model, key)
-        if value and _looks_local(value) and not Path(value).expanduser().exists():
-            raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
-    check_env(cfg)
-    if open_store:
-        from ragen_lit.training.store import open_store as open_tracking_store
-
-        open_tracking_store(cfg)
-
-
-def _looks_local(path: str) -> bool:
-    """A path a hub id cannot be: absolute, home-relative or starting with ./ or ../ (hub ids are name or org/name)."""
-    return path.startswith(("/", "~", "./", "../", ".\\", "..\\")) or path in (".", "..") or path.count("/") > 1
-
-
-def check_env(cfg: Config) -> None:
-    """Build one env up front so a bad `env.*` value fails before any model is built."""
-    from ragen_lit.envs import make_env
-
-    try:
-        make_env(cfg.env.name, **cfg.env.options).close()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-
-
-def _device_count(cfg: Config) -> int:
-    """Processes per node Lightning will start for `trainer.devices` (an int, a list of ids, or 'auto')."""
-    devices = cfg.trainer.devices
-    if isinstance(devices, (list, tuple)):
-        return len(devices)
-    if devices == "auto":
-        import torch
-
-        # Lightning's 'auto' takes every visible GPU when it runs on GPUs, one process on CPU
-        if cfg.trainer.accelerator != "cpu" and torch.cuda.is_available():
-            return torch.cuda.device_count()
-        return 1
-    return int(devices)
-
-
-def _strategy(cfg: Config):
-    """fsdp and ddp are the project's own strategies; `auto` takes the project's DDP as soon as there is more than
-    one process (Lightning's auto pick wraps the module in DistributedDataParallel, whose reducer does not fit the
-    RL update's several backward passes: its collectives mismatch and the ranks abort)."""
-    if cfg.trainer.strategy == "fsdp":
-        from ragen_lit.parallel.strategy import fsdp_strategy
-
-        return fsdp_strategy(cfg)
-    if cfg.trainer.strategy == "ddp" or _device_count(cfg) * cfg.trainer.num_nodes > 1:
-        from ragen_lit.parallel.strategy import ddp_strategy
-
-        return ddp_strategy(cfg)
-    return "auto"
 
 
 def _fit_command(args) -> int:
@@ -220,6 +164,8 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
+    from ragen_lit.preflight import check_env
+
     check_env(cfg)  # the same checks as `fit`: a printed config is one that `fit` accepts
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
@@ -244,7 +190,7 @@ def _sweep_command(args) -> int:
 
 
 def _diagnose_command(args) -> int:
-    from ragen_lit.diagnose import run_diagnose
+    from ragen_lit.diagnose import DiagnoseOptions, run_diagnose
 
     return run_diagnose(DiagnoseOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseOptions)}))
 
@@ -258,12 +204,13 @@ def _export_command(args) -> int:
 
 
 def _warm_start_command(args) -> int:
+    from ragen_lit.preflight import preflight
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import warm_start
+    from ragen_lit.warm_start import RECORD, WarmStartOptions, warm_start
 
     quiet_third_party()
     cfg = load_config(args.config, list(args.overrides))
-    preflight(cfg, open_store=False)  # the checks `fit` makes first: a model path, the env's options, the device
+    preflight(cfg)  # the checks `fit` makes first: a model path, the env's options, the device
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
     record = warm_start(cfg, options)
     out = str(Path(options.out).expanduser().resolve())
@@ -321,6 +268,10 @@ def _compare_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # the command's word: the top level takes no option with a value. The flags of warm-start and diagnose come from
+    # option classes in modules that import torch, loaded only for that command
+    command = next((word for word in argv if not word.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_fit = sub.add_parser("fit", help="train an agent (one Lightning epoch per RL iteration)")
@@ -336,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         help="fine-tune the config's model on the scripted expert's episodes of its env, as a start for fit",
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
-    _add_option_flags(p_warm, WarmStartOptions)
+    if command == "warm-start":
+        from ragen_lit.warm_start import WarmStartOptions
+
+        _add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")
     p_warm.set_defaults(func=_warm_start_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
@@ -362,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_sweep.set_defaults(func=_sweep_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")
-    _add_option_flags(p_diag, DiagnoseOptions)
+    if command == "diagnose":
+        from ragen_lit.diagnose import DiagnoseOptions
+
+        _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
-    p_exp.add_argument("run", help="a run folder (its checkpoints/last.ckpt, else the last by name) or a checkpoint")
+    p_exp.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint")
     p_exp.add_argument("--out", required=True, help="the folder to write (new or empty)")
     p_exp.set_defaults(func=_export_command)
     p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")

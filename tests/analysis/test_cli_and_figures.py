@@ -91,6 +91,21 @@ def test_no_store_and_unknown_path(tmp_path, capsys):
     assert "is not a path" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["store", "folder"])
+def test_a_corrupt_store_is_one_line_and_nothing_is_written(tmp_path, capsys, where):
+    store = tmp_path / "run" / "mlruns.db"
+    store.parent.mkdir()
+    store.write_bytes(b"not an sqlite database " * 64)
+    target = store if where == "store" else tmp_path
+    assert main(["compare", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: compare: the MLflow store {store} is not a readable sqlite database (file is not a database); "
+        "move it away\n"
+    )
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["run", "run/mlruns.db"]
+
+
 def test_seed_band_by_hand():
     # step 0: runs 1 and 3 -> mean 2, s = sqrt(((1-2)² + (3-2)²) / 1) = sqrt(2); step 1: one run -> no std
     steps, means, stds = figures.seed_band([[(0, 1.0), (1, 2.0)], [(0, 3.0)]])

@@ -396,7 +396,7 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"{len(finished_before)} already done" in second.stdout
-    runs = sorted(p.name for p in sweep.iterdir())
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())  # and the sweep's lock file
     assert runs == [
         "filter.strategy-none-seed0",
         "filter.strategy-none-seed1",
@@ -419,3 +419,43 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
         assert row["tags.sweep"] == "s" and row["tags.seed"] == seed
         assert row["tags.point"] == point.replace("filter.strategy-", "filter.strategy=")
         assert row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 2
+
+
+def test_a_second_sweep_on_a_locked_folder_is_refused_and_a_killed_holder_leaves_no_lock(tmp_path, monkeypatch, capsys):
+    """Another process holds the sweep folder's lock: the sweep is refused in one line naming it and starts nothing;
+    once that process is killed the same command runs."""
+    from ragen_lit.analysis import sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.analysis.sweep_lock import sweep_lock\n"
+            f"with sweep_lock(Path({str(tmp_path / 's')!r})):\n    print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"error: sweep folder {tmp_path / 's'} is in use by another sweep (pid {holder.pid}, ")
+        assert err.endswith("); wait for it to end, or give this one another --name or --out\n")
+        assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["sweep.lock"]  # no run was written or started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0
+    assert "2 finished, 0 already done, 0 failed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "a/b", ".."])
+def test_a_sweep_name_stays_inside_its_out_folder(tmp_path, name, capsys):
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path / "sweeps"), "--name", name]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --name {name!r}: give a plain folder name")
+    assert list(tmp_path.iterdir()) == []

@@ -205,10 +205,9 @@ def test_fsdp_config_checks():
     cfg = load_config(
         None, ["trainer.strategy=fsdp", "trainer.fsdp_param_dtype=bfloat16", "trainer.fsdp_reduce_dtype=float32"]
     )
-    from ragen_lit.cli import _strategy
-    from ragen_lit.parallel.strategy import FSDPStrategy
+    from ragen_lit.parallel.strategy import FSDPStrategy, choose_strategy
 
-    strategy = _strategy(cfg)
+    strategy = choose_strategy(cfg)
     assert isinstance(strategy, FSDPStrategy) and strategy._timeout.total_seconds() == 60 * cfg.trainer.timeout_minutes
 
 
@@ -220,7 +219,7 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     from ragen_lit.training.tracking import resolve_run_dir
 
     folders = []
-    for name in ("frozenlake-ppo-top_p0.9-a", "frozenlake-ppo-top_p0.9-b"):
+    for name in ("frozenlake-ppo-top_p0.9-20260101-120000", "frozenlake-ppo-top_p0.9-20260101-120000-1"):
         ckpt = tmp_path / name / "checkpoints" / "last.ckpt"
         ckpt.mkdir(parents=True)
         folders.append(ckpt)
@@ -249,13 +248,12 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
 )
 def test_auto_strategy_takes_the_projects_ddp_for_several_devices(overrides, devices, expected):
     """Lightning's own DDP (its `auto` pick for several devices) aborts on the RL update's collectives."""
-    from ragen_lit.cli import _strategy
-    from ragen_lit.parallel.strategy import FSDPStrategy, ManualSyncDDPStrategy
+    from ragen_lit.parallel.strategy import FSDPStrategy, ManualSyncDDPStrategy, choose_strategy
 
     cfg = load_config(None, ["trainer.accelerator=cpu", *overrides])
     if devices is not None:
         cfg.trainer.devices = devices  # a list of device ids, as Lightning takes it
-    strategy = _strategy(cfg)
+    strategy = choose_strategy(cfg)
     if expected == "auto":
         assert strategy == "auto"
     else:

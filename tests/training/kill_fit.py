@@ -5,7 +5,9 @@ chosen moment of 1-based ITERATION, for `test_resume_kill.py`. POINT is one of:
 - `update`: right after the iteration's first optimizer step (weights half updated, nothing of it logged);
 - `validation`: as its validation begins (its training metrics are logged, its validation metrics are not);
 - `checkpoint`: right after its `last.ckpt` is written (before the next iteration; at the last one, before the
-  summary and run.json's `finished`).
+  summary and run.json's `finished`);
+- `periodic`: right after its periodic `iter-NNNN.ckpt` is written, before its `last.ckpt` is begun;
+- `last-partial`: while its `last.ckpt` is written: the hidden partial file is on disk, not yet renamed over it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 from lightning.pytorch import Trainer
 
@@ -38,6 +41,26 @@ def _kill_around(owner, name: str, when) -> None:
     setattr(owner, name, wrapped)
 
 
+def _kill_while_writing_last(iteration: int) -> None:
+    """SIGKILL as the checkpoint writer renames the finished partial file of `iteration`'s last.ckpt over it."""
+    epochs: list[int] = []
+    save = Trainer.save_checkpoint
+
+    def save_noting_the_epoch(self, *args, **kwargs):
+        epochs.append(self.current_epoch)
+        return save(self, *args, **kwargs)
+
+    replace = os.replace
+
+    def replace_or_kill(src, dst):
+        if Path(dst).name == "last.ckpt" and epochs[-1] + 1 == iteration:
+            os.kill(os.getpid(), signal.SIGKILL)
+        replace(src, dst)
+
+    Trainer.save_checkpoint = save_noting_the_epoch
+    os.replace = replace_or_kill
+
+
 def main(point: str, iteration: int, argv: list[str]) -> int:
     if point == "rollout":
         _kill_around(RolloutDataModule, "train_seeds", lambda self, it, *_: "before" if it + 1 == iteration else None)
@@ -57,6 +80,16 @@ def main(point: str, iteration: int, argv: list[str]) -> int:
                 "after" if str(path).endswith("last.ckpt") and self.current_epoch + 1 == iteration else None
             ),
         )
+    elif point == "periodic":
+        _kill_around(
+            Trainer,
+            "save_checkpoint",
+            lambda self, path, *a, **k: (
+                "after" if Path(path).name != "last.ckpt" and self.current_epoch + 1 == iteration else None
+            ),
+        )
+    elif point == "last-partial":
+        _kill_while_writing_last(iteration)
     else:
         raise SystemExit(f"unknown kill point {point!r}")
     return cli.main(argv)

@@ -148,7 +148,7 @@ def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary
     )
     assert summary["iterations"] == 3
     checkpoints = next(tmp_path.glob("frozenlake-*")) / "checkpoints"
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-epoch=0001.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-0002.ckpt", "last.ckpt"]
     state = torch.load(checkpoints / "last.ckpt", weights_only=False)
     alarm = state["callbacks"]["CollapseAlarmCallback"]
     assert state["epoch"] == 2 and alarm["on"] is True

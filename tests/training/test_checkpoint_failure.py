@@ -1,4 +1,4 @@
-"""A checkpoint that cannot be written stops the run at once (issue 17, item 5): the checkpoint folder refuses
+"""A checkpoint that cannot be written stops the run at once: the checkpoint folder refuses
 writes from iteration 2 on; `fit` ends with exit code 1 and one line naming the file and the OS error, no traceback,
 the MLflow run is FAILED with iterations 1 and 2 logged, and iteration 1's checkpoints are intact."""
 
@@ -54,8 +54,10 @@ def test_an_unwritable_checkpoint_folder_stops_the_run_and_keeps_the_logs(
     assert "Traceback" not in err
     (checkpoints,) = locked
     assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
-    assert f"checkpoint {checkpoints / 'iter-epoch=0001.ckpt'} could not be written (Permission denied)" in errors[0]
-    assert "trainer.resume=last" in errors[0]
+    assert f"checkpoint {checkpoints / 'iter-0002.ckpt'} could not be written (Permission denied)" in errors[0]
+    assert "the run stopped in iteration 2; its MLflow run is marked FAILED" in errors[0]
+    newest = checkpoints / "last.ckpt"
+    assert f"its newest checkpoint is {newest}; fix it and continue with trainer.resume=last" in errors[0]
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns.db'}")
     (run,) = mlflow.search_runs(experiment_names=["ragen_lit"]).itertuples()
@@ -63,5 +65,5 @@ def test_an_unwritable_checkpoint_folder_stops_the_run_and_keeps_the_logs(
     history = mlflow.tracking.MlflowClient().get_metric_history(run.run_id, "rollout/success")
     assert sorted(m.step for m in history) == [1, 2]  # iteration 2 was logged before its save failed; 3 never ran
 
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-epoch=0000.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iter-0001.ckpt", "last.ckpt"]
     assert torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=False)["epoch"] == 0

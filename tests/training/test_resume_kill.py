@@ -1,6 +1,8 @@
 """Real kills and resumes: `fit` is SIGKILLed at one moment of a 4-iteration run that checkpoints every 2 iterations
 (during the rollouts, during the update, between an iteration's training and validation metrics, right after a
-checkpoint, right after the last one), then resumed with `trainer.resume=last`. The resumed MLflow run holds every
+checkpoint, right after the last one, and at each point between an iteration's periodic checkpoint and its
+`last.ckpt`), then resumed with `trainer.resume=last`. Killed between the two, the run resumes from the periodic
+checkpoint, the newest complete one. The resumed MLflow run holds every
 (key, step) row of an uninterrupted run of the same config and seed exactly once, with the same values (timings
 aside): the MI EMA, whose state lives in the checkpoint, the validation points (none added by the resume) and
 the end-of-run summary over all 4 iterations included."""
@@ -81,7 +83,16 @@ def uninterrupted(tmp_path_factory, tiny_model_dir) -> dict[tuple[str, int], flo
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("point", "iteration"),
-    [("rollout", 4), ("update", 3), ("validation", 3), ("checkpoint", 2), ("checkpoint", 4)],
+    [
+        ("rollout", 4),
+        ("update", 3),
+        ("validation", 3),
+        ("checkpoint", 2),
+        ("checkpoint", 4),
+        ("periodic", 2),
+        ("last-partial", 2),
+        ("periodic", 4),
+    ],
 )
 def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_runs_metrics(
     tmp_path, tiny_model_dir, uninterrupted, point, iteration
@@ -109,4 +120,8 @@ def test_a_run_killed_anywhere_resumes_to_the_uninterrupted_runs_metrics(
     assert all(math.isfinite(logged[(EMA, step)]) for step in range(1, ITERATIONS + 1))
     assert logged[("summary/iterations", ITERATIONS)] == ITERATIONS
     (run_json,) = out.glob("frozenlake-*/run.json")
-    assert json.loads(run_json.read_text())["finished"]["iteration"] == ITERATIONS
+    info = json.loads(run_json.read_text())
+    assert info["finished"]["iteration"] == ITERATIONS
+    (resumed_from,) = [Path(resume["checkpoint"]).name for resume in info["resumes"]]
+    between = point in ("periodic", "last-partial")  # the periodic checkpoint is newer than last.ckpt
+    assert resumed_from == (f"iter-{iteration:04d}.ckpt" if between else "last.ckpt")

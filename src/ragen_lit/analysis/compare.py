@@ -26,11 +26,13 @@ from ragen_lit.analysis.runs import (
     label_runs,
     load_runs,
     select_runs,
+    sqlite_path,
     store_folder,
 )
 from ragen_lit.analysis.stats import Difference, Summary, summarize, welch_difference
 from ragen_lit.analysis.tracking import log_comparison
 from ragen_lit.errors import ConfigError
+from ragen_lit.training.store import check_sqlite_database
 
 FORMATS = {"markdown": "md", "csv": "csv", "json": "json"}  # format: file suffix
 CONFIDENCE = 0.95
@@ -374,6 +376,9 @@ def run_compare(
     uris = find_stores(paths) + ([tracking_uri] if tracking_uri else [])
     if not uris:
         raise ConfigError(f"no MLflow store ({STORE_NAME}) under {', '.join(map(str, paths))}")
+    for path in filter(None, map(sqlite_path, uris)):
+        if path.exists():  # a corrupt file: one line, not MLflow's minutes of retries and a traceback
+            check_sqlite_database(path, "compare")
     runs = label_runs(select_runs(load_runs(uris), selectors))
     if not runs:
         raise ConfigError(f"no runs found in {', '.join(uris)}")

@@ -40,10 +40,16 @@ def sqlite_uri(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """A sqlite store's database file; None for a tracking server."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix) :].split("?")[0]) if uri.startswith(prefix) else None
+
+
 def store_folder(uri: str) -> Path | None:
     """The folder holding a sqlite store's database file; None for a tracking server."""
-    prefix = "sqlite:///"
-    return Path(uri[len(prefix) :]).parent if uri.startswith(prefix) else None
+    path = sqlite_path(uri)
+    return path.parent if path is not None else None
 
 
 def find_stores(paths: Sequence[Path]) -> list[str]:

@@ -16,9 +16,11 @@ With several GPUs (`--devices`), every GPU runs every grid point about equally o
 time (`device_queues`), so that no condition is one card's and differences between cards (speed, numerics) do not
 pose as differences between conditions.
 
+A sweep folder is locked while a sweep works in it (`sweep_lock`): a second sweep on it is refused in one line.
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
-the runs that finished (`sweep_done` marker), resumes those with a checkpoint (`trainer.resume=last`)
-and starts the rest afresh.
+the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
+(`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
+rest afresh.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import torch
-
+from ragen_lit.analysis.sweep_lock import sweep_lock
+from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
+from ragen_lit.overrides import parse_overrides
 
 DONE_MARKER = "sweep_done"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
@@ -61,13 +64,10 @@ class RunSpec:
 def expand_grid(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
     """(fixed overrides, grid points): each grid point is the list of `key=value` strings of one
     combination of the sweep overrides, in the order given (Hydra's override grammar and parser)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as error:
-        raise ConfigError(f"sweep grid: {str(error).splitlines()[0]}") from None
+        parsed = parse_overrides(list(overrides), sweeps=True)
+    except ConfigError as error:
+        raise ConfigError(f"sweep grid: {error}") from None
     fixed, axes = [], []
     for override, text in zip(parsed, overrides, strict=True):
         if override.is_sweep_override():
@@ -134,7 +134,7 @@ def status(spec: RunSpec) -> str:
     """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
     if (spec.folder / DONE_MARKER).is_file():
         return "done"
-    if any(spec.folder.glob("*/checkpoints/last.ckpt")):
+    if spec.folder.is_dir() and any(newest_checkpoint(run) for run in spec.folder.iterdir() if run.is_dir()):
         return "resume"
     return "new"
 
@@ -333,11 +333,30 @@ def run_sweep(
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: give at least 1")
     root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
+    if name is not None and (name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")):
+        raise ConfigError(f"--name {name!r}: give a plain folder name (no '/' or '\\'), made inside {root}")
     name = name or sweep_name(config, overrides, seeds)
     specs = plan(config, overrides, seeds, root, name)
     if not print_commands:  # a launcher places printed commands itself
+        import torch
+
         check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
+    with sweep_lock(root / name):
+        return _run_locked(specs, name, root, seeds, parallel, threads, devices, print_commands)
+
+
+def _run_locked(
+    specs: list[RunSpec],
+    name: str,
+    root: Path,
+    seeds: int,
+    parallel: int | None,
+    threads: int,
+    devices: list[str] | None,
+    print_commands: bool,
+) -> int:
+    """`run_sweep` past its checks, under the sweep folder's lock."""
     for spec in specs:
         if status(spec) != "done":
             write_run_config(spec, name, threads)

@@ -3,6 +3,7 @@ fails."""
 
 from __future__ import annotations
 
+from ragen_lit.bounds import check_config as check_bounds
 from ragen_lit.choices import uses_critic
 from ragen_lit.config.sections import SECTIONS, Config
 from ragen_lit.envs import ENV_CLASSES, has_state_key
@@ -48,14 +49,17 @@ def validate(cfg: Config) -> Config:
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
             "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
         )
-    if flt.strategy == "top_p" and flt.value > 1.0:
-        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy top_p; it must be in [0, 1]")
-    if flt.strategy in ("top_p_softmax", "min_p") and not 0.0 <= flt.value <= 1.0:
+    if flt.strategy in ("top_p", "top_p_softmax") and not 0.0 < flt.value <= 1.0:
         raise ConfigError(
-            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in [0, 1]"
+            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in (0, 1] "
+            "(0 keeps no group)"
         )
-    if flt.strategy == "top_k" and flt.value >= 1 and flt.value != int(flt.value):
-        raise ConfigError(f"filter.value={flt.value!r}: top_k takes a fraction < 1 or a whole count >= 1")
+    if flt.strategy == "min_p" and not 0.0 <= flt.value <= 1.0:
+        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy min_p; it must be in [0, 1]")
+    if flt.strategy == "top_k" and (flt.value <= 0 or flt.value >= 1 and flt.value != int(flt.value)):
+        raise ConfigError(
+            f"filter.value={flt.value!r}: top_k takes a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)"
+        )
     _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
@@ -89,6 +93,7 @@ def validate(cfg: Config) -> Config:
             f"optim.pad_to_multiple={cfg.optim.pad_to_multiple} pads rows that optim.padding_free=true packs without "
             "padding; use one of them (pad_to_multiple=0 leaves it to padding_free)"
         )
+    check_bounds(cfg)
     return cfg
 
 

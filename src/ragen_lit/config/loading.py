@@ -11,6 +11,7 @@ from ragen_lit.choices import PRESETS as ALGO_PRESETS
 from ragen_lit.config.checks import validate
 from ragen_lit.config.sections import MODEL_PRESETS, SECTIONS, Config
 from ragen_lit.errors import ConfigError
+from ragen_lit.overrides import parse_overrides
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,8 @@ PRESET_TABLES: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def _parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as err:
-        first = str(err).splitlines()[0]
-        raise ConfigError(f"{first}; overrides look like key.sub=value (e.g. filter.value=0.8)") from None
     pairs = []
-    for o in parsed:
+    for o in parse_overrides(list(overrides)):
         if o.is_delete() or o.is_add():
             raise ConfigError(
                 f"override {o.input_line!r}: '+'/'~' overrides are not supported; every key exists already"
@@ -102,6 +95,10 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             loaded = OmegaConf.to_container(OmegaConf.load(path))
         except FileNotFoundError:
             raise ConfigError(f"--config {path}: no such file") from None
+        except IsADirectoryError:
+            raise ConfigError(f"--config {path}: a folder, not a YAML file (e.g. conf/frozenlake.yaml)") from None
+        except OSError as err:
+            raise ConfigError(f"--config {path}: cannot be read ({err.strerror or err})") from None
         except (OmegaConfBaseException, ValueError) as err:
             raise ConfigError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
         except yaml.YAMLError as err:
@@ -141,6 +138,9 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             if not isinstance(value, str):
                 raise ConfigError(f"{key}={value!r}: a preset name is expected")
             tree[key] = {"name": value}
+        elif key == head and not isinstance(value, dict):
+            keys = ", ".join(f.name for f in dataclasses.fields(getattr(Config(), head)))
+            raise ConfigError(f"{key}={value!r}: {key} is a section, not a value or a preset; set its keys ({keys})")
         else:
             _set_dotted(tree, key, value)
     for old, new in renamed.items():
@@ -158,7 +158,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         merged = OmegaConf.merge(schema, tree)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
-        raise ConfigError(_omegaconf_message(err)) from None
+        raise ConfigError(_omegaconf_message(err, schema, tree)) from None
     return validate(cfg)
 
 
@@ -169,10 +169,10 @@ def _yaml_problem(err) -> str:
     return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
-def _omegaconf_message(err) -> str:
+def _omegaconf_message(err, schema, tree: dict) -> str:
     from omegaconf.errors import ConfigKeyError, ValidationError
 
-    key = getattr(err, "full_key", None) or "?"
+    key = getattr(err, "full_key", None) or _failing_key(schema, tree)
     if isinstance(err, ConfigKeyError):
         parent, _, _ = key.rpartition(".")
         node: Any = Config()
@@ -185,3 +185,26 @@ def _omegaconf_message(err) -> str:
     if isinstance(err, ValidationError):
         return f"{key}: {str(err).splitlines()[0]}"
     return f"{key}: {str(err).splitlines()[0]}"
+
+
+def _failing_key(schema, tree: dict, prefix: str = "") -> str:
+    """The dotted key of `tree` that does not merge onto `schema`, for an error OmegaConf gives without its key (a
+    list or a scalar merged onto a section, a mapping onto a value)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        try:
+            OmegaConf.merge(schema, _nested(key, value))
+        except OmegaConfBaseException:
+            section = isinstance(OmegaConf.select(schema, key), DictConfig)
+            return _failing_key(schema, value, f"{key}.") if section and isinstance(value, dict) else key
+    return prefix.rstrip(".") or "the config"
+
+
+def _nested(key: str, value: Any) -> dict:
+    """`a.b.c`, v -> {a: {b: {c: v}}}."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value

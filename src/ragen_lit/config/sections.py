@@ -31,6 +31,10 @@ MODEL_PRESETS = ("tiny", "smollm2-135m")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
 
 
+# seeds are what numpy's and Lightning's seeding take: unsigned 32-bit integers
+MAX_SEED = 2**32 - 1
+
+
 @dataclass
 class LoraConfig:
     r: int = checked(0, ge=0)
@@ -104,7 +108,7 @@ class RolloutConfig:
     """top-k sampling for training rollouts (0 = off)"""
     format_penalty: float = -0.1
     """reward added for a turn with no valid action"""
-    seed: int = 10000
+    seed: int = checked(10000, ge=0, le=MAX_SEED)
     """first training seed; iteration i uses seeds seed + groups*i + g"""
     max_batch_size: int = checked(256, ge=1)
     """sequences per generation forward (lower it on out-of-memory)"""
@@ -136,7 +140,7 @@ class RolloutConfig:
 class ValidationConfig:
     num_envs: int = checked(64, ge=0)
     """fixed validation instances (seeds seed..seed+num_envs-1), one rollout each"""
-    seed: int = 123
+    seed: int = checked(123, ge=0, le=MAX_SEED)
     """first validation seed"""
     temperature: float = checked(0.5, ge=0.0)
     """sampling temperature for validation rollouts"""
@@ -330,7 +334,7 @@ class LoggingConfig:
 class TrainerConfig:
     iterations: int = checked(20, ge=1)
     """RL iterations (one Lightning epoch each)"""
-    seed: int = 0
+    seed: int = checked(0, ge=0, le=MAX_SEED)
     """global seed"""
     accelerator: str = checked("auto", choices=("cpu", "gpu", "cuda", "auto"))
     """cpu | gpu | auto"""

@@ -3,11 +3,12 @@
 Lightning's own writer (`lightning.fabric.utilities.cloud_io._atomic_save`) catches `PermissionError` to reword a
 cross-device case and drops every other one, so a checkpoint folder that refuses writes loses every later checkpoint
 while the run reports success. The rule here: a checkpoint that cannot be written stops the run at once with
-`RunError`, one line naming the file and the OS error. No retry and no other folder: a full disk or a revoked
-permission does not heal by itself, and checkpoints scattered elsewhere would not be found by `trainer.resume=last`.
-Lightning then marks the MLflow run FAILED; metrics logged so far are already in the store (the checkpoint callback
-runs after `IterationLogger` has logged the iteration). The write goes to a hidden partial file renamed over the
-target, so the checkpoints written before stay whole and resumable.
+`RunError` naming the file and the OS error (`fit` adds where the run stopped, the checkpoint to resume from and the
+MLflow status: `training.run_faults`). No retry and no other folder: a full disk or a revoked permission does not
+heal by itself, and checkpoints scattered elsewhere would not be found by `trainer.resume=last`. Lightning then marks
+the MLflow run FAILED; metrics logged so far are already in the store (the checkpoint callback runs after
+`IterationLogger` has logged the iteration). The write goes to a hidden partial file renamed over the target, so the
+checkpoints written before stay whole and resumable.
 """
 
 from __future__ import annotations
@@ -42,8 +43,4 @@ class StrictCheckpointIO(TorchCheckpointIO):
         except OSError as err:
             with contextlib.suppress(OSError):  # a folder that refused the write may refuse the clean-up too
                 partial.unlink(missing_ok=True)
-            raise RunError(
-                f"checkpoint {path} could not be written ({err.strerror or err}); the run stopped and its MLflow run "
-                "is marked FAILED with every metric logged so far; fix the folder and continue from the last "
-                "checkpoint written with trainer.resume=last"
-            ) from err
+            raise RunError(f"checkpoint {path} could not be written ({err.strerror or err})") from err

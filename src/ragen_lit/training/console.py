@@ -17,6 +17,8 @@ _LIGHTNING_CHATTER = re.compile(
 _LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 # MLflow's store set-up ("Creating initial MLflow database tables...") and the schema migrations it runs.
 _MLFLOW_INFO_LOGGERS = ("mlflow.store.db.utils", "alembic.runtime.migration")
+# MLflow's database layer logs each error it then raises, with a traceback; `fit` reports that error in one line
+_MLFLOW_ERROR_ECHO = "mlflow.store.db.utils"
 # Warnings that concern Lightning's own internals or a deliberate choice of ours:
 WARNINGS = (
     # Lightning's pytree helper on torch >= 2.10 (a deprecation inside Lightning, nothing the user can change)
@@ -49,6 +51,7 @@ def quiet_third_party(verbose: bool = False) -> None:
             log.addFilter(_DropMatching(_LIGHTNING_CHATTER))
     for name in _MLFLOW_INFO_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger(_MLFLOW_ERROR_ECHO).setLevel(logging.CRITICAL)
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     from transformers.utils import logging as hf_logging

@@ -1,4 +1,5 @@
-"""`RunLogger`: Lightning's MLflow logger that writes each (key, step) of its run at most once.
+"""`RunLogger`: Lightning's MLflow logger that writes each (key, step) of its run at most once, and marks the run
+FINISHED only when `fit` says every end-of-run record is written.
 
 A resumed run starts again from its last checkpoint, so it recomputes and logs again the iterations the killed
 process had logged after that checkpoint (and, killed mid-iteration, part of one). MLflow cannot delete a metric
@@ -6,6 +7,10 @@ row, so the rule is the other way round: a (key, step) the run already holds is 
 then idempotent whatever the moment of the kill: no step is missing (everything after the checkpoint is redone)
 and none is doubled. The value kept is the first process's; a resume recomputes it bit for bit where the
 computation is deterministic (CPU, fixed seeds), which `tests/training/test_resume_kill.py` checks.
+
+Lightning closes the run as FINISHED when training ends, before `fit` writes the summary and run.json's `finished`
+record; a fault there would leave a FINISHED run that exits with an error. Here a successful end waits for `close`,
+which `fit` calls once those records are written (a failure is closed at once, as Lightning asks).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class RunLogger(MLFlowLogger):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._written: set[tuple[str, int | None]] | None = None  # read from the run at the first write
+        self._closing = False
+        self._refused: str | None = None  # why the store refused to record how the run ended
 
     def written(self) -> set[tuple[str, int | None]]:
         """Every (key, step) the run holds: those of earlier processes of this run, then this one's."""
@@ -39,3 +46,20 @@ class RunLogger(MLFlowLogger):
         written.update((key, step) for key in fresh)
         if fresh:
             super().log_metrics(fresh, step)
+
+    def finalize(self, status: str = "success") -> None:
+        if status != "success":  # "failed" on an exception, "finished" before a SLURM requeue
+            self.close("FAILED" if status == "failed" else "FINISHED")
+
+    def close(self, status: str) -> str | None:
+        """Mark the run `status` (FINISHED or FAILED), once; returns None when the store took it, else why not (the
+        run then reads RUNNING in MLflow)."""
+        if not self._closing:
+            from ragen_lit.training.run_faults import database_error
+
+            self._closing = True
+            try:
+                super().finalize(status)
+            except Exception as err:  # the store refuses the write that would say how the run ended
+                self._refused = database_error(err)
+        return self._refused

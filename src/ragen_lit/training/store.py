@@ -43,8 +43,14 @@ def check_sqlite_store(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: the MLflow store {path} is read-only")
     # opened for writing (never created): a run killed mid-write leaves a hot journal, which sqlite rolls back
     # on this first read as MLflow would; a read-only connection cannot, and would call the store unreadable
+    check_sqlite_database(path, key, "rw")
+
+
+def check_sqlite_database(path: Path, key: str, mode: str = "ro") -> None:
+    """`path` opens as an sqlite database (`mode`: ro, or rw to roll back a hot journal as MLflow would) and reads;
+    MLflow's own engine would retry an unreadable file for minutes before it fails with a traceback."""
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=5)) as db:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode={mode}", uri=True, timeout=5)) as db:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as err:
         raise ConfigError(

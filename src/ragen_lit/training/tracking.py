@@ -12,12 +12,14 @@ iteration, the `trainer.iterations` it was asked for and the summary). Resume ru
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import time
 from pathlib import Path
 
-from ragen_lit.checkpoints import is_sharded_checkpoint
+from ragen_lit.checkpoint_files import is_sharded_checkpoint, newest_checkpoint, recency
 from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
 
 STORE_NAME = "mlruns.db"
@@ -49,10 +51,16 @@ def tracking_uri(cfg: Config) -> str:
     return f"sqlite:///{store}"
 
 
+def run_folder_pattern(name: str) -> re.Pattern:
+    """The folder names `resolve_run_dir` gives the runs named `name`: `<name>-<date>-<time>[-<n>]`."""
+    return re.compile(re.escape(name) + r"-\d{8}-\d{6}(-\d+)?")
+
+
 def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     """(run directory, checkpoint to resume from, saved run info). A new run gets a fresh timestamped
-    folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks the newest run
-    of the same name that has a `last.ckpt`, a path resumes that checkpoint in its own run folder.
+    folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks the newest complete
+    checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt` or a newer periodic one) of the runs of the same
+    name, a path resumes that checkpoint in its own run folder.
     Under `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint *folder* (`last.ckpt/`)."""
     root = Path(cfg.logging.output_dir).resolve()
     name = default_run_name(cfg)
@@ -65,9 +73,11 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
             suffix += 1
         return run_dir, None, {}
     if resume == "last":
-        candidates = sorted(root.glob(f"{name}-*/checkpoints/last.ckpt"), key=checkpoint_mtime)
+        pattern = run_folder_pattern(name)
+        runs = [path for path in root.glob(f"{glob.escape(name)}-*") if pattern.fullmatch(path.name)]
+        candidates = sorted((ckpt for ckpt in map(newest_checkpoint, runs) if ckpt is not None), key=recency)
         if not candidates:
-            raise ConfigError(f"trainer.resume=last: no run named {name!r} with a last.ckpt under {root}")
+            raise ConfigError(f"trainer.resume=last: no run named {name!r} with a checkpoint under {root}")
         ckpt = candidates[-1]
     else:
         ckpt = Path(resume).expanduser().resolve()
@@ -83,13 +93,6 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return run_dir, str(ckpt), info
-
-
-def checkpoint_mtime(path: Path) -> float:
-    """When a checkpoint was last written; a folder's own mtime misses files rewritten in place."""
-    if path.is_dir():
-        return max((p.stat().st_mtime for p in path.iterdir()), default=path.stat().st_mtime)
-    return path.stat().st_mtime
 
 
 def artifact_location(cfg: Config) -> str | None:
@@ -137,6 +140,8 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     )
     if not info.get("mlflow_run_id"):
         logger.log_hyperparams(flat_dict(cfg))
+    elif rank_zero_only.rank == 0:  # a resumed run runs again, whatever its last process left it as
+        logger.experiment.update_run(logger.run_id, status="RUNNING")
     return logger
 
 

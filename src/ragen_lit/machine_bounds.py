@@ -1,0 +1,217 @@
+"""The bounds of this machine and of the model, checked by `fit` and `warm-start` before any folder, store or model
+is made, so that a size this machine cannot hold is refused in one line naming the key and what is allowed:
+
+- threads and devices: no more than this machine has;
+- the episodes of one iteration (`rollout.groups` x `rollout.group_size` rollouts, times `algo.max_sampling_rounds`
+  with dynamic sampling, or `validation.num_envs`), each up to `rollout.max_context_tokens` tokens, held on the host
+  at `HOST_BYTES_PER_TOKEN`, fit in the memory available now;
+- where the model's `config.json` is on this machine without a download (a preset, a local folder, the hub cache):
+  the context fits the model's window (`max_position_embeddings`), a generation batch's key/value cache
+  (min(`rollout.max_batch_size`, rollouts) sequences of up to the context, at the engine's dtype) and a cross-scorer
+  forward (`diagnostics.max_tokens_per_forward` tokens) fit in the device's memory (the GPU's, capped at
+  `trainer.gpu_memory_fraction`; on a CPU the host's available memory), and a LoRA rank is at most the model's width.
+
+The memory bounds are the worst case the config allows (every episode filling its context), so a run that passes
+cannot run out of memory for these reasons, whatever its episodes do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragen_lit.errors import ConfigError
+
+HOST_BYTES_PER_TOKEN = 64
+"""host memory per token of an iteration's episodes: the ids the rollout loop keeps (Python ints, ~36 bytes each) and
+the batch's tensors built from them (ids, masks, old and reference log-probs, advantages, returns and values)"""
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory bounds read from a model's `config.json` (None where it does not say)."""
+
+    source: Path
+    window: int | None
+    layers: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Keys and values of one token in every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def model_shape(model) -> ModelShape | None:
+    """The shape of the model `model` (a `ModelConfig`) loads, where its `config.json` is on this machine without a
+    download or a conversion; None otherwise (the model-bound checks are then left to the load)."""
+    path = _config_file(model)
+    if path is None:
+        return None
+    try:
+        config = json.loads(path.read_text())
+        text = config.get("text_config") or config  # multimodal configs nest the language model's
+        heads = text["num_attention_heads"]
+        hidden = text["hidden_size"]
+        return ModelShape(
+            source=path,
+            window=text.get("max_position_embeddings"),
+            layers=text["num_hidden_layers"],
+            kv_heads=text.get("num_key_value_heads") or heads,
+            head_dim=text.get("head_dim") or hidden // heads,
+            hidden=hidden,
+        )
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _config_file(model) -> Path | None:
+    if model.path:
+        local = Path(model.path).expanduser()
+        if local.is_dir():
+            found = local / "config.json"
+            return found if found.is_file() else None
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(model.path, "config.json")
+        except Exception:  # not a valid hub id: the load says so in its own words
+            return None
+        return Path(cached) if isinstance(cached, str) else None
+    if model.name == "tiny":
+        from ragen_lit.presets.tiny import shipped_folder
+
+        return shipped_folder() / "config.json"
+    if model.name == "smollm2-135m":
+        from ragen_lit.presets.cache import default_cache_dir
+        from ragen_lit.presets.smollm2 import FOLDER_NAME
+
+        found = default_cache_dir() / FOLDER_NAME / "config.json"
+        return found if found.is_file() else None
+    return None
+
+
+def check_machine(cfg) -> None:
+    """The bounds of this machine and the model (module docstring); raises ConfigError."""
+    import torch
+
+    t = cfg.trainer
+    cores = os.cpu_count() or 1
+    if t.threads > cores:
+        raise ConfigError(f"trainer.threads={t.threads}: this machine has {cores} CPU cores; use at most {cores}")
+    on_gpu = t.accelerator in ("gpu", "cuda") or (t.accelerator == "auto" and torch.cuda.is_available())
+    have = torch.cuda.device_count() if on_gpu else cores
+    if isinstance(t.devices, int) and t.devices > have:
+        what = f"{have} GPU{'s' if have != 1 else ''}" if on_gpu else f"{have} CPU cores"
+        raise ConfigError(f"trainer.devices={t.devices}: this machine has {what}; use at most {have}")
+    shape = model_shape(cfg.model)
+    if shape is not None and shape.window is not None and cfg.rollout.max_context_tokens > shape.window:
+        raise ConfigError(
+            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} exceeds the model's context window "
+            f"(max_position_embeddings={shape.window} in {shape.source}); use at most {shape.window}"
+        )
+    host = available_memory()
+    _check_episodes(cfg, host)
+    if shape is None:
+        return
+    if cfg.model.lora.r > shape.hidden:
+        raise ConfigError(
+            f"model.lora.r={cfg.model.lora.r} exceeds the model's width (hidden_size={shape.hidden} in "
+            f"{shape.source}): an adapter's rank is at most its layer's smaller side; use at most {shape.hidden}"
+        )
+    if on_gpu:
+        device = torch.cuda.get_device_properties(0).total_memory
+        memory, where = device * (t.gpu_memory_fraction or 1.0), "of its GPU's memory"
+    else:
+        memory, where = host, "of host memory available"
+    _check_device_batches(cfg, shape, memory, where, on_gpu)
+
+
+def available_memory() -> int:
+    """Bytes of host memory a new allocation can take now: the kernel's MemAvailable, within the container's cgroup
+    limit where there is one (Linux); elsewhere the free pages."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        available = int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = int(Path("/sys/fs/cgroup/memory.max").read_text())
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+    except (OSError, ValueError):  # no cgroup v2 limit ("max")
+        return available
+    return min(available, limit - used)
+
+
+def _rollouts(cfg) -> int:
+    """Episodes generated in one iteration (every sampling round's, with dynamic sampling)."""
+    rounds = cfg.algo.max_sampling_rounds if cfg.algo.dynamic_sampling else 1
+    return cfg.rollout.groups * cfg.rollout.group_size * rounds
+
+
+def _check_episodes(cfg, memory: int) -> None:
+    r, context = cfg.rollout, cfg.rollout.max_context_tokens
+    per_episode = context * HOST_BYTES_PER_TOKEN
+    fit = memory // per_episode
+    rollouts = _rollouts(cfg)
+    per_group = rollouts // r.groups
+    if rollouts > fit:
+        rounds = f" x algo.max_sampling_rounds={cfg.algo.max_sampling_rounds}" if cfg.algo.dynamic_sampling else ""
+        rounds_per_group = per_group // r.group_size
+        if fit >= per_group:
+            allowed = f"at most rollout.groups={fit // per_group} fits with the other settings"
+        elif fit >= rounds_per_group:
+            allowed = f"not one group fits: at most rollout.group_size={fit // rounds_per_group} (one group)"
+        else:
+            most = memory // rounds_per_group // HOST_BYTES_PER_TOKEN
+            allowed = f"not one episode fits: at most rollout.max_context_tokens={most}"
+        raise ConfigError(
+            f"rollout.groups={r.groups} x rollout.group_size={r.group_size}{rounds} = {rollouts} episodes of up to "
+            f"rollout.max_context_tokens={context} tokens need up to {_gib(rollouts * per_episode)} of host memory "
+            f"and this machine has {_gib(memory)} available; {allowed}"
+        )
+    if cfg.validation.num_envs > fit:
+        raise ConfigError(
+            f"validation.num_envs={cfg.validation.num_envs} episodes of up to rollout.max_context_tokens={context} "
+            f"tokens need up to {_gib(cfg.validation.num_envs * per_episode)} of host memory and this machine has "
+            f"{_gib(memory)} available; use at most {fit}"
+        )
+
+
+def _gib(size: float) -> str:
+    gib = size / GIB
+    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"
+
+
+def _check_device_batches(cfg, shape: ModelShape, memory: float, where: str, on_gpu: bool) -> None:
+    r = cfg.rollout
+    dtype = r.dtype or cfg.model.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if on_gpu else "float32"
+    per_token = shape.kv_bytes_per_token(DTYPE_BYTES[dtype])
+    per_sequence = r.max_context_tokens * per_token
+    batch = min(r.max_batch_size, max(_rollouts(cfg), cfg.validation.num_envs))
+    if batch * per_sequence > memory:
+        fit = int(memory // per_sequence)
+        allowed = (
+            f"at most rollout.max_batch_size={fit} fits"
+            if fit >= 1
+            else f"not even one sequence fits: lower rollout.max_context_tokens to at most {int(memory // per_token)}"
+        )
+        raise ConfigError(
+            f"rollout.max_batch_size={r.max_batch_size}: a generation batch of {batch} sequences of up to "
+            f"rollout.max_context_tokens={r.max_context_tokens} tokens holds {_gib(batch * per_sequence)} "
+            f"of keys and values ({dtype}) and this machine has {_gib(memory)} {where}; {allowed}"
+        )
+    scorer = cfg.diagnostics.max_tokens_per_forward
+    if scorer and scorer * per_token > memory:
+        raise ConfigError(
+            f"diagnostics.max_tokens_per_forward={scorer} tokens hold {_gib(scorer * per_token)} of keys and "
+            f"values ({dtype}) in one cross-scorer forward and this machine has {_gib(memory)} {where}; use "
+            f"at most {int(memory // per_token)} (or 0 for auto)"
+        )

@@ -1,0 +1,56 @@
+"""The checks `fit` and `warm-start` make before any folder, MLflow store or model exists: installed packages, devices,
+memory, local paths, the model's shape and the environment's options. A mistake ends in one line and writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragen_lit.config import Config
+from ragen_lit.errors import ConfigError
+
+
+def preflight(cfg: Config) -> None:
+    """The checks that need this machine (installed packages, devices, memory, files) and the model's shape, run
+    before any folder, MLflow store or model is made, so a mistake ends with one line and writes nothing."""
+    import importlib.util
+
+    import torch
+
+    from ragen_lit.machine_bounds import check_machine
+
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
+
+        raise ConfigError(VLLM_EXTRA_MESSAGE)
+    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
+            "use trainer.accelerator=cpu or auto"
+        )
+    for key in ("path", "critic_path"):
+        value = getattr(cfg.model, key)
+        if value and _looks_local(value) and not Path(value).expanduser().exists():
+            raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
+    check_machine(cfg)
+    check_env(cfg)
+
+
+def _looks_local(path: str) -> bool:
+    """A path a hub id cannot be: absolute, home-relative or starting with ./ or ../ (hub ids are name or org/name)."""
+    return path.startswith(("/", "~", "./", "../", ".\\", "..\\")) or path in (".", "..") or path.count("/") > 1
+
+
+def check_env(cfg: Config) -> None:
+    """Build one env up front so a bad `env.*` value, or one that makes observations no context holds, fails before
+    any model is built."""
+    from ragen_lit.bounds import check_observations
+    from ragen_lit.envs import make_env
+
+    try:
+        env = make_env(cfg.env.name, **cfg.env.options)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        check_observations(cfg, env)
+    finally:
+        env.close()

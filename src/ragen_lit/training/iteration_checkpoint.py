@@ -1,0 +1,38 @@
+"""`IterationCheckpoint`: Lightning's `ModelCheckpoint` with the project's file names (`checkpoint_files`).
+
+The periodic checkpoints are named by the iteration they end, 1-based like the logged steps (`iter-0005.ckpt` after
+iteration 5, Lightning's epoch 4), with no `=` in the name, so that the path passes back unquoted as
+`trainer.resume=...`; `last.ckpt` follows each of them and the end of training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from ragen_lit.checkpoint_files import PERIODIC_NAME
+
+
+class IterationCheckpoint(ModelCheckpoint):
+    def __init__(self, dirpath: Path, every_n_iterations: int):
+        super().__init__(
+            dirpath=dirpath,
+            filename=PERIODIC_NAME,
+            auto_insert_metric_name=False,
+            every_n_epochs=every_n_iterations,
+            save_last=True,
+            save_top_k=-1,
+            save_on_train_epoch_end=True,
+        )
+
+    @property
+    def state_key(self) -> str:
+        """`ModelCheckpoint`'s own key: the state it saved in runs checkpointed before this class (the path of their
+        last.ckpt among it) is restored when they resume, so their next save replaces that last.ckpt."""
+        return ModelCheckpoint.__qualname__ + super().state_key.removeprefix(type(self).__qualname__)
+
+    def format_checkpoint_name(self, metrics, filename=None, ver=None, prefix=None) -> str:
+        if "epoch" in metrics:  # the periodic name's `iteration`; `last` names none
+            metrics = {**metrics, "iteration": metrics["epoch"] + 1}
+        return super().format_checkpoint_name(metrics, filename, ver, prefix)
