@@ -3,6 +3,8 @@
 # runs on a GPU is merged:
 #
 #   bash scripts/gpu_check.sh            # every visible GPU; CUDA_VISIBLE_DEVICES=0,1 bash scripts/gpu_check.sh for two
+#   bash scripts/gpu_check.sh single     # only the one-GPU checks (about 6 minutes on H200s)
+#   bash scripts/gpu_check.sh multi      # only the checks over several GPUs (about 8 minutes): two halves for two slots
 #
 # On all visible GPUs it runs, in this order (single-GPU checks side by side on different GPUs where there are several):
 #   cuda tests          the tests marked `cuda` (kernels, the CUDA-graph decode, the fused and split decode paths)
@@ -14,12 +16,15 @@
 #   ppo ddp/fsdp xN     short PPO fits (policy + critic, KL reference) under DDP and FSDP on every GPU, with the fast
 #                       rollout path and the exact one; the FSDP run then resumes from its sharded checkpoint
 #   lora ddp xN         a short GRPO fit with LoRA adapters under DDP on every GPU
-#   bench step          scripts/bench_step.py --pipeline-only: one multi-turn PPO step of the 0.5B shape, alone on GPU 0
+#   bench step          scripts/bench_step.py --pipeline-only: multi-turn PPO steps of the 0.5B shape at the defaults
+#                       (a check that it runs; its timing is a benchmark's only when nothing else shares the machine)
 # and prints one table (check, result, seconds, commit, card). Exit status 1 if any check failed; every check's log is
 # kept in the folder printed at the top (GPU_CHECK_DIR to choose it). PYTHON names the interpreter (default python);
 # GPU_CHECK_COMMIT names the code's commit where the tree is no git checkout (a copy, a container image).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PART=${1:-all}
+case $PART in all | single | multi) ;; *) echo "gpu_check: part '$PART' is not all, single or multi" >&2; exit 2 ;; esac
 PY=${PYTHON:-python}
 GPUS=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "$GPUS" -lt 1 ]; then
@@ -46,7 +51,9 @@ check() {
     slug=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
     log="$OUT/$slug.log"
     start=$SECONDS
-    CUDA_VISIBLE_DEVICES=$(visible "$gpus") "$@" >"$log" 2>&1
+    # a check that hangs fails on its own instead of taking the others' time (a function runs in a child bash)
+    if declare -F "$1" >/dev/null; then set -- bash -c "$1"; fi
+    CUDA_VISIBLE_DEVICES=$(visible "$gpus") timeout "${GPU_CHECK_TIMEOUT:-600}" "$@" >"$log" 2>&1
     status=$?
     note=$(grep -a '^gpu_check: ' "$log" | tail -1 | cut -c12-)
     if [ $status -eq 0 ]; then
@@ -96,42 +103,41 @@ print(f"gpu_check: step {s['step_s']:.2f} s, generation {t['generation_tokens_pe
 EOF
 }
 
-# 1. single-GPU checks, side by side when there are GPUs to spare
-{
-    check "cuda tests" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests --ignore=tests/engines
-    check "fast = exact" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests/engines
-    [ "$GPUS" -ge 3 ] || check "fsdp, 1 GPU" 0 $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" \
-        trainer.iterations=3 trainer.strategy=fsdp trainer.devices=1
-} &
-{
-    [ "$GPUS" -ge 3 ] && check "fsdp, 1 GPU" $((GPUS - 2)) $PY -m ragen_lit fit --config conf/frozenlake.yaml \
-        "${SHORT[@]}" trainer.iterations=3 trainer.strategy=fsdp trainer.devices=1
-} &
-check "README fit" "$LAST" readme_fit
-wait
+export -f readme_fit bench_step
+export PY OUT
+
+# 1. single-GPU checks, side by side when there are GPUs to spare: GPU 0 runs the tests and the one-GPU FSDP fit, the
+# last GPU the README's fit and the benchmark step
+if [ "$PART" != multi ]; then
+    {
+        check "cuda tests" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests --ignore=tests/engines
+        check "fast = exact" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests/engines
+        check "fsdp, 1 GPU" 0 $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" trainer.iterations=3 \
+            trainer.strategy=fsdp trainer.devices=1 logging.run_name=fsdp-1
+    } &
+    check "README fit" "$LAST" readme_fit
+    check "bench step" "$LAST" bench_step
+    wait
+fi
 
 # 2. checks over several GPUs, one at a time
-if [ "$GPUS" -ge 2 ]; then
+if [ "$PART" != single ] && [ "$GPUS" -ge 2 ]; then
     check "exactness, NCCL x2" 0,1 env RAGEN_LIT_TEST_DEVICE=cuda $PY -m pytest -p no:cacheprovider -q \
         tests/parallel/test_fsdp.py::test_fsdp_step_equals_single_process_step tests/parallel/test_multirank_update.py \
         tests/metrics/test_collapse_distributed.py tests/metrics/test_mi_distributed.py
+    PPO=(--config conf/frozenlake.yaml "${SHORT[@]}" algo=ppo algo.kl_coef=0.01 trainer.devices="$GPUS")
+    check "ppo ddp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=ddp \
+        logging.run_name=ppo-ddp
+    check "ppo fsdp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
+        logging.run_name=ppo-fsdp
+    check "ppo fsdp x$GPUS, resumed" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=3 \
+        trainer.strategy=fsdp logging.run_name=ppo-fsdp trainer.resume=last
+    check "ppo fsdp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
+        "${EXACT[@]}" logging.run_name=ppo-fsdp-exact
+    check "lora ddp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" \
+        trainer.iterations=2 trainer.devices="$GPUS" trainer.strategy=ddp model.lora.r=8 algo.kl_coef=0.01 \
+        "${EXACT[@]}" logging.run_name=lora-ddp
 fi
-PPO=(--config conf/frozenlake.yaml "${SHORT[@]}" algo=ppo algo.kl_coef=0.01 trainer.devices="$GPUS")
-check "ppo ddp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=3 trainer.strategy=ddp \
-    logging.run_name=ppo-ddp
-check "ppo ddp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=ddp \
-    "${EXACT[@]}" logging.run_name=ppo-ddp-exact
-check "ppo fsdp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
-    logging.run_name=ppo-fsdp
-check "ppo fsdp x$GPUS, resumed" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=3 trainer.strategy=fsdp \
-    logging.run_name=ppo-fsdp trainer.resume=last
-check "ppo fsdp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
-    "${EXACT[@]}" logging.run_name=ppo-fsdp-exact
-check "lora ddp x$GPUS" "$ALL" $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" trainer.iterations=2 \
-    trainer.devices="$GPUS" trainer.strategy=ddp model.lora.r=8 algo.kl_coef=0.01 logging.run_name=lora-ddp
-
-# 3. the benchmark, alone
-check "bench step" 0 bench_step
 
 $PY - "$RESULTS" "$COMMIT" "$CARD" <<'EOF'
 import sys
