@@ -20,9 +20,13 @@ echo "test.sh: $(df -Pm "${TMPDIR:-/tmp}" | awk 'NR==2 {print $4}') MB free in $
 # style: ruff (configured in pyproject.toml) must find nothing, and the formatter nothing to change
 .venv/bin/ruff check src tests scripts || status=$?
 .venv/bin/ruff format --check src tests scripts || status=$?
-# tests marked cuda need a GPU (CI has none; docs/PERFORMANCE.md records their runs on one)
-.venv/bin/python -m pytest -m "not vllm and not cuda" "$@" || status=$?
-# a floor that fails here is raised in pyproject.toml (with the reason), not left declared and untested
+# both tiers (plain `pytest` is the fast one); tests marked cuda need a GPU (CI has none: scripts/gpu_check.sh runs
+# them on one); the slowest tests are listed at the end
+.venv/bin/python -m pytest -m "not vllm and not cuda" --durations=15 "$@" || status=$?
+# a floor that fails here is raised in pyproject.toml (with the reason), not left declared and untested: the fast
+# tier's tests marked floors and one end-to-end fit, at the lowest declared versions
 HF_HUB_OFFLINE=1 .venv-floors/bin/python -m pytest -m "floors and not slow and not cuda" || status=$?
+HF_HUB_OFFLINE=1 .venv-floors/bin/python -m pytest -m "floors" \
+    tests/training/test_fit_e2e.py::test_fit_logs_to_mlflow_checkpoints_and_resumes || status=$?
 HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm -rP tests/engines || status=$?
 exit $status

@@ -76,6 +76,7 @@ def _export(source, out) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+@pytest.mark.slow
 def test_export_writes_a_folder_from_pretrained_loads_with_the_trained_logits(run_dir, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -154,6 +155,7 @@ def test_diagnose_takes_a_run_folder_or_a_checkpoint(run_dir, tmp_path, capsys):
     assert reports[0] == reports[1] == reports[2]
 
 
+@pytest.mark.slow
 def test_fit_starts_from_an_exported_policy(run_dir, tmp_path):
     exported = tmp_path / "exported"
     assert _export(run_dir, exported)[0] == 0

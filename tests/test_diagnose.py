@@ -266,6 +266,7 @@ def test_bad_input_is_one_line_and_exit_code_2(case, message, model_dir, loaded,
     assert err[-1].startswith("error: ") and message in err[-1]
 
 
+@pytest.mark.slow
 def test_command_line_end_to_end(model_dir, loaded, tmp_path):
     """`python -m ragen_lit diagnose` as a user runs it: the table on a good file; one `error:` line, exit
     code 2 and no traceback for a missing file and for a file without usable rows (both found before
@@ -367,6 +368,7 @@ def test_max_tokens_and_the_longest_prompt_bound_every_pair(loaded, tmp_path):
     assert wide.skipped.total() == 0 and wide.rows_used == 7
 
 
+@pytest.mark.slow
 def test_huge_rows_end_quickly_in_bounded_memory(model_dir, loaded, tmp_path):
     """The command on a file with a 10 MB prompt row and a 10 MB reasoning row: exit 0, the report counts both
     as skipped on one line, in a short time and well below a gigabyte of extra memory (before: > 300 s at 11 GB,

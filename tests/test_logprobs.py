@@ -342,6 +342,7 @@ def test_packed_rows_do_not_attend_across_rows():
         assert not torch.allclose(one_causal_sequence(changed).last_hidden_state[0, 6:], leaky, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_packed_rows_under_flex_attention_get_a_block_mask_and_score_as_the_padded_batch():
     """The GPU's path (`model.attention=flex_attention`): a FlexAttention block mask, no dense [N, N] mask.
     Runs without grad only: torch has no FlexAttention backward on CPU."""

@@ -35,6 +35,7 @@ def expert_loss(folder: str, options: list[str]) -> float:
         return sft_loss(model, sft_batch(episodes, tokenizer.pad_token_id)).item()
 
 
+@pytest.mark.slow
 def test_warm_start_writes_a_model_fit_can_load_and_its_record(tmp_path, capsys):
     out = tmp_path / "warm"
     overrides = ["trainer.accelerator=cpu", "rollout.max_turns=3"]

@@ -26,6 +26,7 @@ def sweep_copy(sweep, tmp_path):
     return shutil.copytree(sweep, tmp_path / "sweep")
 
 
+@pytest.mark.slow
 def test_compare_cli_writes_table_figures_and_a_compare_run(sweep_copy, capsys):
     assert main(["compare", str(sweep_copy), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)

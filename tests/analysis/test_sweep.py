@@ -192,6 +192,17 @@ def test_conditions_share_every_gpu(tmp_path, monkeypatch, devices, points, seed
     assert len(set(first)) == points  # the first wave already holds every condition
 
 
+def test_a_gpu_with_more_free_slots_than_runs_starts_them_all(tmp_path, monkeypatch):
+    from ragen_lit.analysis import sweep as sweep_module
+
+    specs = plan(CONFIG, ["filter.strategy=none,top_p"], 1, tmp_path, "s")
+    for spec in specs:
+        spec.folder.mkdir(parents=True)
+    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    counts = sweep_module.run_all(specs, slots(None, 1, ["0", "0", "0", "1"]), say=lambda _: None)
+    assert counts == {"skipped": 0, "finished": 2, "failed": 0}
+
+
 def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypatch):
     """A run that failed before its first checkpoint starts clean (its MLflow store and run folder go), but its
     log stays and the new attempt appends to it: the reason it failed is not lost."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_diagnostics.py"
 
 
@@ -23,6 +25,7 @@ def _number(cell: str) -> float:
     return float(re.match(r"[-+0-9.e]+", cell.replace("%", "").replace("x", " ")).group(0))
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_every_figure(tiny_model_dir):
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--model-path", str(tiny_model_dir)],

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_fit.py"
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_every_phase_and_they_add_up(tmp_path):
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "trainer.threads=1"],

@@ -84,6 +84,7 @@ def test_bench_scoring_runs_on_cpu_and_writes_its_table(tmp_path):
     assert "one call at 8192 tokens per forward, compiled model, padded widths n/a, attention varlen" in done.stdout
 
 
+@pytest.mark.slow
 def test_bench_scoring_refuses_a_bad_workload():
     command = [sys.executable, str(SCRIPT), "--prompts", "1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=SCRIPT.parents[1])

@@ -22,6 +22,7 @@ ENTRY_POINTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ENTRY_POINTS)
 def test_help_runs(name):
     done = subprocess.run(

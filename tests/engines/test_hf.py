@@ -86,6 +86,7 @@ def test_hf_engine_satisfies_the_engine_protocol(model):
     assert isinstance(HFEngine(model, pad_token_id=0), Engine)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
 def test_greedy_batched_equals_one_prompt_at_a_time(model, cache):
     # max_batch_size 3 splits the 7 prompts into chunks; duplicates exercise the dedup prefill.
@@ -115,6 +116,7 @@ def test_logprobs_equal_teacher_forced_recomputation(model, params, cache):
         assert generation.logprobs == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_batch_size", [3, 256])
 def test_graph_decoding_samples_what_dynamic_decoding_samples(model, max_batch_size):
     # Same seed, no stop: both loops draw the same uniforms for the same rows, so the fixed-shape
@@ -291,6 +293,7 @@ def test_same_seed_reproduces_and_other_seed_differs(model):
     assert [g.token_ids for g in first] != [g.token_ids for g in other]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "params",
     [greedy(15), SamplingParams(max_new_tokens=15, temperature=1.0, top_p=0.95, seed=7, stop_token_ids=[11, 12, 13])],
@@ -619,6 +622,7 @@ def test_split_attention_samples_what_sdpa_samples(model):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compile_decode", [False, True], ids=["eager-step", "compiled-step"])
 def test_fused_projections_sample_what_separate_ones_sample_after_every_weight_change(compile_decode):
     """`fuse_projections`: q|k|v and gate|up as one product each, from copies written again at every call, so an
@@ -691,6 +695,7 @@ def test_the_decode_attention_context_enters_twice_and_gives_the_setting_back(mo
     assert model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers_compiled", [False, True], ids=["eager-layers", "model.compile"])
 def test_compiled_decode_steps_sample_what_eager_steps_sample(layers_compiled):
     """`compile_decode`: each graph-cache step is the whole forward through torch.compile (on a CPU it runs
@@ -742,6 +747,7 @@ def three_turns_alike(kept: HFEngine, whole: HFEngine, prompts, params, toleranc
     return generations
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", [False, True])
 @pytest.mark.parametrize(
     "params",

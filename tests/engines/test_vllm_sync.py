@@ -235,6 +235,7 @@ def fsdp_gather_worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_trainer_weights_gather_fsdp1_and_fsdp2_shards_over_two_ranks(free_port):
     mp.spawn(fsdp_gather_worker, args=(free_port,), nprocs=2, join=True)
 

@@ -32,6 +32,7 @@ def interpreted(cases, tmp_path, draws=()):
     return run_interpreted(_INTERPRET, (cases, list(draws)), tmp_path)
 
 
+@pytest.mark.slow
 def test_interpreted_draws_follow_the_softmax_at_every_temperature(tmp_path):
     """Frequencies of 1,200 draws against softmax(x / T) (chi-square below its 0.1% quantile), and the reported
     log-probs against log_softmax at the drawn tokens, for T = 1 and 0.5."""
@@ -46,6 +47,7 @@ def test_interpreted_draws_follow_the_softmax_at_every_temperature(tmp_path):
         torch.testing.assert_close(logprobs, torch.log_softmax(logits / temperature, -1)[0][tokens])
 
 
+@pytest.mark.slow
 def test_interpreted_rows_spanning_chunks_give_the_full_log_sum_exp_and_the_best_chunk(tmp_path):
     """1,000 logits in chunks of 128 and blocks of 64 (a partial last block): each log-prob is log_softmax over the
     whole row; a logit far above the rest is always drawn, wherever it lies (first, in a middle chunk, last);
@@ -62,6 +64,7 @@ def test_interpreted_rows_spanning_chunks_give_the_full_log_sum_exp_and_the_best
         torch.testing.assert_close(logprobs, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_interpreted_draws_depend_on_the_seed_and_not_on_the_chunking(tmp_path):
     logits = torch.zeros(64, 300)  # uniform: every draw is the noise's argmax
     first, again, other_chunks, other_seed, engine, engine_again = interpreted(

@@ -56,6 +56,7 @@ def case(batch, heads, kv_heads, length, dtype=torch.float32, seed=0, dim=64):
     return query, key, value, bias, 0.125
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("batch", "heads", "kv_heads", "length"),
     [(3, 14, 2, 3 * SPLIT), (2, 6, 2, SPLIT + 100), (2, 2, 2, 2 * BLOCK + SPLIT), (1, 32, 4, 2 * SPLIT)],

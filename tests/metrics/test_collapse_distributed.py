@@ -10,6 +10,7 @@ processes on 2 GPUs, the metrics' host-side states syncing through them (`tests/
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tests.parallel.ranks import close, init_rank, reference_device, require_ranks
 
@@ -75,6 +76,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected: dict[str
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_ranks_give_the_single_process_diagnostics(tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 

@@ -23,7 +23,7 @@ def _diagnostics(monkeypatch, seen, sleep=0.0):
         return [(torch.eye(len(rows), len(columns)),) * 2 for columns, rows in zip(prompts, reasonings, strict=True)]
 
     monkeypatch.setattr(collapse, "cross_score_scopes", fake_cross_score_scopes)
-    turn = SimpleNamespace(reasoning="think", prompt_end=2)
+    turn = SimpleNamespace(reasoning="think", prompt_end=2, reasoning_end=None)  # re-encoded: no token boundary
     trajectories = [SimpleNamespace(turns=[turn], token_ids=[g + 1, 7, 9], group=g) for g in range(3)]
     chat = SimpleNamespace(encode_many=lambda texts: [[5, 6] for _ in texts], tokenizer=SimpleNamespace(pad_token_id=0))
     policy = torch.nn.Linear(1, 1)

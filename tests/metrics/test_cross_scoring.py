@@ -93,6 +93,7 @@ MIXED_REASONINGS = [*REASONINGS, REASONINGS[2], *token_lists([13, 6], seed=4), R
 SIMILAR_PROMPTS = token_lists([13, 12, 10, 12], seed=5)  # prefixes of 12, 11, 9 and 11 tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["varlen", "auto"])
 @pytest.mark.parametrize("kind, max_tokens_per_forward", [("qwen2", 8192), ("qwen2", 40), ("llama", 1), ("llama", 25)])
 def test_matches_naive_per_pair(kind, max_tokens_per_forward, attention):
@@ -107,6 +108,7 @@ def test_matches_naive_per_pair(kind, max_tokens_per_forward, attention):
     torch.testing.assert_close(l_tok, want / lengths[:, None], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["varlen", "auto"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen2", "llama", "llama-eager"])
 @pytest.mark.parametrize("prompts", [MIXED_PROMPTS, SIMILAR_PROMPTS], ids=["mixed", "similar"])
@@ -242,6 +244,7 @@ def test_bad_inputs_raise(prompts, reasonings, kwargs, message):
         cross_score(tiny_model("qwen2"), prompts, reasonings, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["qwen2", "llama", "llama-eager"])
 @pytest.mark.parametrize("max_tokens_per_forward", [8192, 60, 1])
 def test_padded_widths_match_naive(kind, max_tokens_per_forward):
@@ -306,6 +309,7 @@ def test_grouped_heads_are_scored_without_repeating_keys(monkeypatch):
     assert model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.slow
 def test_varlen_packs_each_groups_prefixes_once_and_its_rows_end_to_end():
     """`attention="varlen"`: no padding and no gathered prefixes. The 4 similar prompts' prefixes (12, 11, 11 and 9
     tokens) run as one sequence of 43 tokens; then every (prompt, reasoning) row, `[last prompt token | z]`, packed

@@ -3,6 +3,7 @@ result; prompts are all-gathered."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -95,6 +96,7 @@ def worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_split_over_two_ranks_equals_one_process(free_port):
     require_ranks(WORLD_SIZE)
     mp.spawn(worker, args=(free_port,), nprocs=WORLD_SIZE, join=True)

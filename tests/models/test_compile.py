@@ -93,6 +93,7 @@ def test_calls_with_a_kv_cache_run_the_eager_layers_with_compiled_norms_and_mlp(
     assert [name for name, _ in calls] == ["Qwen2RMSNorm", "apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"] * 3
 
 
+@pytest.mark.slow
 def test_a_cache_call_rotates_with_the_compiled_rotary_embedding_for_its_attention_only():
     from transformers.models.qwen2 import modeling_qwen2
 

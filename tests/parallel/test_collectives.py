@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -105,5 +106,6 @@ def worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_gather_lists_over_two_ranks(free_port):
     mp.spawn(worker, args=(free_port,), nprocs=2, join=True)

@@ -150,6 +150,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_fsdp_step_equals_single_process_step(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 

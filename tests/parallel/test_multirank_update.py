@@ -100,6 +100,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_data_parallel_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
@@ -122,6 +123,7 @@ def test_data_parallel_update_equals_single_process_update(tmp_path, tiny_model_
 LORA = ("model.lora.r=4",)
 
 
+@pytest.mark.slow
 def test_data_parallel_lora_update_equals_single_process_update(tmp_path, tiny_model_dir, free_port):
     import torch.multiprocessing as mp
 
@@ -138,6 +140,7 @@ def test_data_parallel_lora_update_equals_single_process_update(tmp_path, tiny_m
 ONE_STEP = ("optim.num_minibatches=1",)
 
 
+@pytest.mark.slow
 def test_data_parallel_update_with_its_own_old_logprobs_equals_a_separate_pass(tmp_path, tiny_model_dir, free_port):
     """Each rank's update scores its old log-probs itself (split B: a rank without rows joins with none), and the
     advantages and weights after equal the single process's with the separate prepare pass."""

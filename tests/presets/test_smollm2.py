@@ -173,6 +173,7 @@ def policy(converted):
     return AutoModelForCausalLM.from_pretrained(converted, dtype=torch.bfloat16)
 
 
+@pytest.mark.slow
 @needs_package
 def test_converted_folder_loads_with_plain_from_pretrained(converted, tokenizer, policy):
     from transformers import AutoModel
@@ -219,6 +220,7 @@ def test_chat_format_frames_chatml(tokenizer):
     assert later == "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n<think>"
 
 
+@pytest.mark.slow
 @needs_package
 def test_greedy_chat_reply(tokenizer, policy):
     reply = smollm2.greedy_reply(policy, tokenizer, "What is 2+3?")
@@ -226,6 +228,7 @@ def test_greedy_chat_reply(tokenizer, policy):
     assert "5" in reply
 
 
+@pytest.mark.slow
 @needs_package
 def test_one_frozenlake_iteration_with_the_preset(converted, tmp_path):
     """The `model=smollm2-135m` preset runs the same rollout and training code as every model."""

@@ -113,6 +113,7 @@ def test_bad_alarm_settings_are_refused_in_one_line(override, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_stop_ends_a_fit_at_the_firing_iteration_with_its_checkpoint_and_summary(tmp_path, tiny_model_dir, monkeypatch):
     compute = CollapseDiagnostics.maybe_compute
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlflow
+import pytest
 import torch
 
 from ragen_lit.cli import main
@@ -15,6 +16,7 @@ from ragen_lit.training.callbacks import IterationLogger
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_an_unwritable_checkpoint_folder_stops_the_run_and_keeps_the_logs(
     tmp_path, tiny_model_dir, monkeypatch, capsys, make_unwritable
 ):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 CHATTER = (
     "Tip:",
@@ -60,6 +62,7 @@ def test_a_default_fit_prints_what_runs_the_bar_and_the_summary_and_nothing_else
         assert not line.strip() or line.startswith("iterations"), line
 
 
+@pytest.mark.slow
 def test_verbose_keeps_the_third_party_lines(tmp_path):
     out, err = _fit(tmp_path / "verbose", "--verbose")
     assert "GPU available" in out + err

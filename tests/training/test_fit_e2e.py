@@ -53,6 +53,7 @@ def _runs(tmp_path):
 MI_EVERY_ITERATION = "rollout.groups=4"
 
 
+@pytest.mark.slow
 def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     summary = fit(
         _cfg(
@@ -129,6 +130,7 @@ def test_fit_logs_to_mlflow_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     assert "retrieval" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["ppo", "dapo", "grpo", "drgrpo"])
 def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     summary = fit(
@@ -150,6 +152,7 @@ def test_every_algorithm_preset_trains(tmp_path, tiny_model_dir, preset):
     assert ("metrics.critic/value_loss" in row.index) == (preset == "ppo")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["frozenlake.yaml", "sokoban.yaml"])
 def test_gigpo_fits_on_the_envs_with_anchor_states(tmp_path, tiny_model_dir, config):
     summary = fit(
@@ -173,6 +176,7 @@ def test_gigpo_fits_on_the_envs_with_anchor_states(tmp_path, tiny_model_dir, con
     assert 0.0 < row["metrics.gigpo/anchored_step_fraction"] <= 1.0
 
 
+@pytest.mark.slow
 def test_dapo_fit_refills_the_batch_shapes_long_turns_and_logs_both(tmp_path, tiny_model_dir):
     """`algo=dapo` through `fit`: dynamic sampling's rounds and groups, and the overlong penalty, every iteration."""
     cfg = _cfg(
@@ -281,6 +285,7 @@ def test_ablation_paths_fit_and_log(tmp_path, tiny_model_dir, name):
         assert torch.load(checkpoint, weights_only=False)["global_step"] == plans[minibatch], (kept_rows, plans)
 
 
+@pytest.mark.slow
 def test_rollouts_in_bfloat16_from_float32_weights_show_in_the_logprob_gap(tmp_path, tiny_model_dir):
     """rollout.dtype=bfloat16 with float32 training weights: the engine samples from a bfloat16 copy, so its
     log-probs of the sampled tokens differ from the trainer's float32 ones (a small gap); without it they agree."""
@@ -294,6 +299,7 @@ def test_rollouts_in_bfloat16_from_float32_weights_show_in_the_logprob_gap(tmp_p
     assert gaps["null"] < 1e-3 < gaps["bfloat16"] < 0.1, gaps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "config",
     sorted(
@@ -315,6 +321,7 @@ def test_every_shipped_recipe_fits(tmp_path, tiny_model_dir, config):
     assert summary["iterations"] == 1
 
 
+@pytest.mark.slow
 def test_all_empty_filter_stops_cleanly(tmp_path, tiny_model_dir):
     # one rollout per group: every group has zero reward variance, linear top-p keeps nothing (PPO: a group
     # of one has no group-relative advantage, so GRPO refuses it)
@@ -373,6 +380,7 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
     """DDP, 4 groups on 2 ranks: both ranks end with the same trained weights (the ones checkpointed), and what is
     logged covers both ranks' groups (rollout means over all 16 rollouts, filter statistics over all 4 groups)."""
@@ -406,6 +414,7 @@ def test_two_gloo_ranks_train_together(tmp_path, tiny_model_dir):
     assert len(ranks[0]["filter"]) == len(logged["rollout/reward"]) == 2
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_fit_logs_the_single_process_mi_of_their_rollouts(tmp_path, tiny_model_dir):
     """A 2-rank DDP fit's logged MI diagnostics, iteration by iteration, are what one process computes on the union
     of both ranks' rollouts with the same weights (and the same EMA history).
@@ -442,6 +451,7 @@ def test_two_gloo_ranks_fit_logs_the_single_process_mi_of_their_rollouts(tmp_pat
             assert _history(run_id, key)[it] == pytest.approx(value, rel=1e-5, abs=1e-6), (it, key)
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
     """PPO (policy, critic, KL reference all sharded) with gradient buckets, 4 groups on 2 FSDP ranks."""
     from safetensors.torch import load_file
@@ -487,6 +497,7 @@ def test_two_gloo_ranks_fsdp_train_and_resume(tmp_path, tiny_model_dir):
     assert steps == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_fsdp_on_one_rank_fits(tmp_path, tiny_model_dir):
     """trainer.strategy=fsdp with one device is a valid (unsharded) run, not an error."""
     (rank,) = _probe_fit(

@@ -1,4 +1,4 @@
-"""`fit` on the recipes of the environments added for issue 16 (coding, search_qa, webshop) with the tiny model:
+"""`fit` on the recipes of the coding, search_qa and webshop environments with the tiny model:
 two iterations of multi-turn rollouts, an update each, validation, MLflow metrics and the rollouts file. The
 tiny model was not built on these envs, so the rewards are whatever it stumbles into: this checks the wiring,
 not learning."""
@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import mlflow
+import pytest
 
 from ragen_lit.cli import fit
 from ragen_lit.config import load_config
@@ -44,6 +45,7 @@ def _fit_two_iterations(env: str, tmp_path: Path, model: Path, *extra: str):
     return runs.iloc[0], json.loads(rollouts[0].read_text().splitlines()[0])
 
 
+@pytest.mark.slow
 def test_coding(tmp_path, tiny_model_dir):
     # every program the policy writes goes through the sandbox; bad answers get the format penalty
     row, first = _fit_two_iterations("coding", tmp_path, tiny_model_dir, "rollout.max_new_tokens=64")
@@ -51,6 +53,7 @@ def test_coding(tmp_path, tiny_model_dir):
     assert "def " in first["prompt"] or "function" in first["prompt"].lower()
 
 
+@pytest.mark.slow
 def test_search_qa(tmp_path, tiny_model_dir):
     _, first = _fit_two_iterations("search_qa", tmp_path, tiny_model_dir, "rollout.max_new_tokens=48")
     assert "Question: " in first["prompt"] and "Searches left: 3" in first["prompt"]

@@ -71,6 +71,7 @@ def test_a_figure_that_fails_to_draw_only_warns(tmp_path, monkeypatch):
     assert written == ALL_FIGURES - {"mi_vs_entropy.png"}
 
 
+@pytest.mark.slow
 def test_fit_keeps_artifacts_under_its_output_dir_and_logs_its_figures(tmp_path, tiny_model_dir, monkeypatch):
     cwd, out = tmp_path / "elsewhere", tmp_path / "out"
     cwd.mkdir()

@@ -294,7 +294,9 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
     free = interleaved(pool)
     running: dict[subprocess.Popen, tuple[RunSpec, Slot, float]] = {}
     while any(queues.values()) or running:
-        for slot in [slot for slot in free if queues[slot.gpu]]:
+        for slot in list(free):
+            if not queues[slot.gpu]:  # this device's runs are all started or done
+                continue
             free.remove(slot)
             spec = queues[slot.gpu].pop(0)
             running[launch(spec, slot)] = (spec, slot, time.perf_counter())

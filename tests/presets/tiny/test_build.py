@@ -46,6 +46,7 @@ def built(tmp_path_factory):
     return folder, lines
 
 
+@pytest.mark.slow
 def test_summary_line_and_build_record(built):
     folder, lines = built
     assert len(lines) == 1 and lines[0].startswith("tiny model: ") and "120 SFT steps" in lines[0]
@@ -56,6 +57,7 @@ def test_summary_line_and_build_record(built):
     assert summary["final_loss"] < 2.0
 
 
+@pytest.mark.slow
 def test_no_staging_folders_are_left(built):
     folder, _ = built
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model", "model.lock"]
@@ -141,6 +143,7 @@ def test_default_folder_is_tiny_v1_in_the_user_cache(monkeypatch, tmp_path):
     assert build_tiny_model(recipe=SMALL) == folder
 
 
+@pytest.mark.slow
 def test_a_weak_sft_attempt_is_retried_and_the_best_attempt_is_kept(tmp_path):
     from ragen_lit.presets.tiny.build import validation_success
 
