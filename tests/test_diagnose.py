@@ -313,7 +313,7 @@ def test_options_share_the_config_default_and_its_check(capsys):
     assert exit_info.value.code == 2 and "invalid choice: 'float16'" in capsys.readouterr().err
 
 
-HUGE = 10_000_000  # characters: the hostile rows of issue 17
+HUGE = 10_000_000  # characters: rows no context holds
 
 
 def test_rows_longer_than_the_context_are_skipped_without_tokenizing_them(model_dir, loaded, tmp_path):

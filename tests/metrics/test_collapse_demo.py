@@ -1,4 +1,4 @@
-"""Collapse demo (issue 3, item 6): a real model's cross-scores separate input-grounded reasoning from a template.
+"""Collapse demo: a real model's cross-scores separate input-grounded reasoning from a template.
 
 Construction. A tiny random Qwen2 is trained for 100 steps (a few seconds) on sequences `x | z` where
 the prompt `x = [BOS, c_1 … c_6, THINK]` carries 6 random content tokens and the reasoning `z` is, with
