@@ -32,7 +32,9 @@ class IterationCheckpoint(ModelCheckpoint):
         last.ckpt among it) is restored when they resume, so their next save replaces that last.ckpt."""
         return ModelCheckpoint.__qualname__ + super().state_key.removeprefix(type(self).__qualname__)
 
-    def format_checkpoint_name(self, metrics, filename=None, ver=None, prefix=None) -> str:
-        if "epoch" in metrics:  # the periodic name's `iteration`; `last` names none
+    def format_checkpoint_name(self, metrics, *args, **kwargs) -> str:
+        """The periodic name's `iteration` from Lightning's epoch (`last` names none); the other arguments pass through
+        as they are, since their list differs between the Lightning versions pyproject.toml allows."""
+        if "epoch" in metrics:
             metrics = {**metrics, "iteration": metrics["epoch"] + 1}
-        return super().format_checkpoint_name(metrics, filename, ver, prefix)
+        return super().format_checkpoint_name(metrics, *args, **kwargs)
