@@ -122,7 +122,7 @@ fi
 
 # 2. checks over several GPUs, one at a time
 if [ "$PART" != single ] && [ "$GPUS" -ge 2 ]; then
-    check "exactness, NCCL x2" 0,1 env RAGEN_LIT_TEST_DEVICE=cuda $PY -m pytest -p no:cacheprovider -q \
+    check "exactness, NCCL x2" 0,1 env RAGEN_LIT_TEST_DEVICE=cuda $PY -m pytest -p no:cacheprovider -q -m "not vllm" \
         tests/parallel/test_fsdp.py::test_fsdp_step_equals_single_process_step tests/parallel/test_multirank_update.py \
         tests/metrics/test_collapse_distributed.py tests/metrics/test_mi_distributed.py
     PPO=(--config conf/frozenlake.yaml "${SHORT[@]}" algo=ppo algo.kl_coef=0.01 trainer.devices="$GPUS")
