@@ -3,10 +3,12 @@
 # runs on a GPU is merged:
 #
 #   bash scripts/gpu_check.sh            # every visible GPU; CUDA_VISIBLE_DEVICES=0,1 bash scripts/gpu_check.sh for two
-#   bash scripts/gpu_check.sh single     # only the one-GPU checks (about 6 minutes on H200s)
-#   bash scripts/gpu_check.sh multi      # only the checks over several GPUs (about 8 minutes): two halves for two slots
+#   bash scripts/gpu_check.sh single     # only the one-GPU checks (about 7 minutes on two H200s)
+#   bash scripts/gpu_check.sh multi      # only the checks over several GPUs (about 6 minutes): two halves for two slots
+#   GPU_CHECK_ONLY='ppo fsdp' bash scripts/gpu_check.sh multi   # only the checks whose name matches (grep -E): a rerun
 #
-# On all visible GPUs it runs, in this order (single-GPU checks side by side on different GPUs where there are several):
+# On all visible GPUs it runs (single-GPU checks side by side on different GPUs where there are several; the multi-GPU
+# checks in three lanes side by side on all of them, since none of them needs a GPU's whole memory or compute):
 #   cuda tests          the tests marked `cuda` (kernels, the CUDA-graph decode, the fused and split decode paths)
 #   fast = exact        the engine's fast rollout path samples what its exact path samples (tests/engines, cuda)
 #   README fit          `python -m ragen_lit fit --config conf/frozenlake.yaml` on one GPU, as the README runs it
@@ -48,6 +50,7 @@ check() {
     local name=$1 gpus=$2
     shift 2
     local slug log start status note
+    if [ -n "${GPU_CHECK_ONLY:-}" ] && ! echo "$name" | grep -qE -- "$GPU_CHECK_ONLY"; then return 0; fi
     slug=$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')
     log="$OUT/$slug.log"
     start=$SECONDS
@@ -82,7 +85,7 @@ ALL=$(seq -s, 0 $((GPUS - 1)))
 LAST=$((GPUS - 1))
 # the fit checks' shared size: a few iterations of small batches, diagnostics and validation included
 SHORT=(rollout.groups=8 rollout.group_size=4 validation.num_envs=16 validation.every_n_iterations=2
-    diagnostics.every_n_iterations=2 trainer.checkpoint_every=2 "logging.output_dir=$OUT/runs")
+    diagnostics.every_n_iterations=2 trainer.checkpoint_every=2)
 # the engine's exact sampling path against its default (fast) one
 EXACT=(rollout.exact=true)
 
@@ -113,30 +116,39 @@ if [ "$PART" != multi ]; then
         check "cuda tests" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests --ignore=tests/engines
         check "fast = exact" 0 $PY -m pytest -p no:cacheprovider -q -m cuda tests/engines
         check "fsdp, 1 GPU" 0 $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" trainer.iterations=3 \
-            trainer.strategy=fsdp trainer.devices=1 logging.run_name=fsdp-1
+            trainer.strategy=fsdp trainer.devices=1 logging.run_name=fsdp-1 "logging.output_dir=$OUT/runs"
     } &
     check "README fit" "$LAST" readme_fit
     check "bench step" "$LAST" bench_step
     wait
 fi
 
-# 2. checks over several GPUs, one at a time
+# 2. checks over several GPUs in three lanes side by side: the exactness tests; DDP, FSDP and FSDP's resume (in this
+# order: the resume continues the FSDP run); the exact rollout path under FSDP, then LoRA. Each lane writes its own
+# MLflow store (one SQLite file takes one writer at a time)
 if [ "$PART" != single ] && [ "$GPUS" -ge 2 ]; then
+    PPO=(--config conf/frozenlake.yaml "${SHORT[@]}" algo=ppo algo.kl_coef=0.01 trainer.devices="$GPUS")
+    LANE2=("logging.output_dir=$OUT/runs-ddp-fsdp")
+    LANE3=("logging.output_dir=$OUT/runs-exact-lora")
     check "exactness, NCCL x2" 0,1 env RAGEN_LIT_TEST_DEVICE=cuda $PY -m pytest -p no:cacheprovider -q -m "not vllm" \
         tests/parallel/test_fsdp.py::test_fsdp_step_equals_single_process_step tests/parallel/test_multirank_update.py \
-        tests/metrics/test_collapse_distributed.py tests/metrics/test_mi_distributed.py
-    PPO=(--config conf/frozenlake.yaml "${SHORT[@]}" algo=ppo algo.kl_coef=0.01 trainer.devices="$GPUS")
-    check "ppo ddp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=ddp \
-        logging.run_name=ppo-ddp
-    check "ppo fsdp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
-        logging.run_name=ppo-fsdp
-    check "ppo fsdp x$GPUS, resumed" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=3 \
-        trainer.strategy=fsdp logging.run_name=ppo-fsdp trainer.resume=last
-    check "ppo fsdp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
-        "${EXACT[@]}" logging.run_name=ppo-fsdp-exact
-    check "lora ddp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" \
-        trainer.iterations=2 trainer.devices="$GPUS" trainer.strategy=ddp model.lora.r=8 algo.kl_coef=0.01 \
-        "${EXACT[@]}" logging.run_name=lora-ddp
+        tests/metrics/test_collapse_distributed.py tests/metrics/test_mi_distributed.py &
+    {
+        check "ppo ddp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=ddp \
+            logging.run_name=ppo-ddp "${LANE2[@]}"
+        check "ppo fsdp x$GPUS" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 trainer.strategy=fsdp \
+            logging.run_name=ppo-fsdp "${LANE2[@]}"
+        check "ppo fsdp x$GPUS, resumed" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=3 \
+            trainer.strategy=fsdp logging.run_name=ppo-fsdp trainer.resume=last "${LANE2[@]}"
+    } &
+    {
+        check "ppo fsdp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit "${PPO[@]}" trainer.iterations=2 \
+            trainer.strategy=fsdp "${EXACT[@]}" logging.run_name=ppo-fsdp-exact "${LANE3[@]}"
+        check "lora ddp x$GPUS, exact" "$ALL" $PY -m ragen_lit fit --config conf/frozenlake.yaml "${SHORT[@]}" \
+            trainer.iterations=2 trainer.devices="$GPUS" trainer.strategy=ddp model.lora.r=8 algo.kl_coef=0.01 \
+            "${EXACT[@]}" logging.run_name=lora-ddp "${LANE3[@]}"
+    } &
+    wait
 fi
 
 $PY - "$RESULTS" "$COMMIT" "$CARD" <<'EOF'
