@@ -79,7 +79,31 @@ def test_a_run_read_alarm_hits_and_false_alarms():
     assert (rates.collapsed, rates.hits, rates.healthy, rates.false_alarms, rates.leads) == (1, 1, 2, 1, (0,))
     text = collapse_markdown(readings)
     assert "| p | 0 | 10 | – | template collapse | 10 | – | – | 0.350 |" in text
-    assert "| p | 3 | 1 | 1/1 | 1/2 | +0 |" in text and "| all | 3 | 1 | 1/1 | 1/2 | +0 |" in text
+    assert "| p | 3 | 1 | – | 1/1 | 1/2 | +0 | – | 0/1 | 0/2 |" in text
+    assert "| all | 3 | 1 | – | 1/1 | 1/2 | +0 | – | 0/1 | 0/2 |" in text
+
+
+def test_the_point_summary_differences_collapse_shares_and_times_the_alarm_after_the_plateau():
+    """Two points of two runs: the baseline's runs both collapse (alarm at 10, success peaking at 4 and never), the
+    other's neither; an entropy monitor flags one run of each."""
+    falling = scope("first_turn", [0.8, 0.5, 0.18, 0.12], [0.1] * 4, [10, 10, 9.5, 9.8])
+    alarm = {"collapse/alarm": [(5, 0.0), (10, 1.0)]}
+    # success rises to step 4, then holds: the first 5-iteration window at its highest mean ends at step 8
+    success = {"rollout/success": [(step, min(step, 4) / 10) for step in range(1, 16)]}
+    low_entropy = {"actor/entropy": [(1, 1.0), (5, 0.5)]}
+    held = scope("first_turn", [0.8] * 4, [0.1] * 4, [10] * 4)
+    runs = [
+        run({**falling, **alarm, **success, **low_entropy}, seed="0", label="base"),
+        run({**falling, **alarm}, seed="1", label="base"),
+        run({**held, **low_entropy}, seed="0", label="filtered"),
+        run(held, seed="1", label="filtered"),
+    ]
+    readings = [read_run(r) for r in runs]
+    assert [r.plateau for r in readings] == [8, None, None, None] and readings[0].entropy == 5
+    text = collapse_markdown(readings, baseline="base")
+    # 0/2 - 2/2 = -1; Newcombe from Wilson's [0, 0.658] and [0.342, 1]: -1 + sqrt(0.658² + 0.658²) = -0.07 above
+    assert "| base | 2 | 2 | baseline | 2/2 | 0/0 | +0, +0 | +2 | 1/2 | 0/0 |" in text
+    assert "| filtered | 2 | 0 | -1 [-1, -0.07] | 0/0 | 0/2 | – | – | 0/0 | 1/2 |" in text
 
 
 def test_replaying_the_alarm_with_other_settings():
@@ -112,5 +136,6 @@ def test_compare_prints_and_writes_the_collapse_reading(sweep, tmp_path, capsys)
     assert written in printed and "Template collapse, run by run" in printed
     # the hand-made sweep's first diagnostics already sit at chance x 0.8 (0.2 <= 2 x 0.25): every run with MI
     # diagnostics reads as collapsed at step 1; top_p's seed 2 logged none
-    assert "| filter.strategy=none | 3 | 3 | 0/3 | 0/0 | – |" in written
-    assert "| filter.strategy=top_p,filter.value=0.9 | 3 | 2 | 0/2 | 0/1 | – |" in written
+    # against the baseline's 3 of 3: 2/3 - 3/3 with Newcombe's interval
+    assert "| filter.strategy=none | 3 | 3 | baseline | 0/3 | 0/0 | – | – |" in written
+    assert "| filter.strategy=top_p,filter.value=0.9 | 3 | 2 | -0.333 [-0.792, +0.291] | 0/2 | 0/1 | – | – |" in written

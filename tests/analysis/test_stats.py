@@ -2,7 +2,15 @@ import math
 
 import pytest
 
-from ragen_lit.analysis.stats import finite, mean, std, summarize, welch_difference
+from ragen_lit.analysis.stats import (
+    finite,
+    mean,
+    proportion_difference,
+    std,
+    summarize,
+    welch_difference,
+    wilson_interval,
+)
 
 
 def test_mean_std_n_drop_nan():
@@ -40,3 +48,16 @@ def test_welch_needs_two_per_side_and_handles_zero_spread():
     assert d.delta == -0.5 and math.isnan(d.low) and math.isnan(d.high) and math.isnan(d.df)
     flat = welch_difference([1.0, 1.0], [0.5, 0.5])
     assert (flat.low, flat.delta, flat.high) == (0.5, 0.5, 0.5) and flat.df == math.inf
+
+
+def test_wilson_and_newcombe_intervals_match_newcombes_worked_examples():
+    """Newcombe (1998, Stat. Med. 17:857 and 873): Wilson 0/10 -> [0, 0.2775], 81/263 -> [0.2553, 0.3662]; the
+    difference 56/70 - 48/80 = 0.2 -> [0.0524, 0.3339] (hybrid score method 10)."""
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(81, 263) == pytest.approx((0.2553, 0.3662), abs=1e-4)
+    d = proportion_difference(56, 70, 48, 80)
+    assert (d.delta, d.low, d.high) == pytest.approx((0.2, 0.0524, 0.3339), abs=1e-4)
+    # equal shares: a symmetric interval around 0; an empty side gives no interval
+    same = proportion_difference(4, 16, 4, 16)
+    assert same.delta == 0 and same.low == pytest.approx(-same.high)
+    assert math.isnan(proportion_difference(0, 0, 1, 2).delta)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragen_lit.analysis.runs import History, RunRecord
+from ragen_lit.analysis.stats import proportion_difference
 
 SCOPES = ("first_turn", "trajectory")
 CHANCE_FACTOR = 2.0
@@ -162,14 +163,18 @@ def read_run(run: RunRecord, alarm_settings: dict | None = None) -> CollapseRead
 
 @dataclass(frozen=True)
 class AlarmRates:
-    """How the alarm read a set of runs: hits among collapsed runs, false alarms among the others, and the alarm's
-    step minus the collapse step of each hit (negative: it fired before the criterion was met)."""
+    """How the alarm and an entropy monitor read a set of runs: hits among collapsed runs, false alarms among the
+    others, the alarm's step minus the collapse step of each hit (negative: it fired before the criterion was met)
+    and minus the success plateau's step (positive: it fired after success stopped improving)."""
 
     collapsed: int
     hits: int
     healthy: int
     false_alarms: int
     leads: tuple[int, ...]
+    entropy_hits: int
+    entropy_false_alarms: int
+    after_plateau: tuple[int, ...]
 
 
 def alarm_rates(readings: Sequence[CollapseReading]) -> AlarmRates:
@@ -182,6 +187,9 @@ def alarm_rates(readings: Sequence[CollapseReading]) -> AlarmRates:
         len(healthy),
         sum(r.alarm is not None for r in healthy),
         tuple(r.alarm - r.collapsed for r in hits),
+        sum(r.entropy is not None for r in collapsed),
+        sum(r.entropy is not None for r in healthy),
+        tuple(r.alarm - r.plateau for r in hits if r.plateau is not None),
     )
 
 
@@ -194,10 +202,16 @@ def _text(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def collapse_markdown(readings: Sequence[CollapseReading]) -> str:
+def _steps(steps: Sequence[int]) -> str:
+    return ", ".join(f"{step:+d}" for step in steps) or "–"
+
+
+def collapse_markdown(readings: Sequence[CollapseReading], baseline: str | None = None) -> str:
     """A row per run (point, seed, each scope's collapse step, the regime at its end, the alarm's, the entropy
-    monitor's and the success plateau's steps, its final validation success), then per point the collapse count
-    and the alarm's hits and false alarms."""
+    monitor's and the success plateau's steps, its final validation success), then per point: the runs that
+    collapsed, the difference of that share to the `baseline` point's with Newcombe's 95% interval
+    (`stats.proportion_difference`), the alarm's and the entropy monitor's hits and false alarms, and the alarm's
+    steps after the collapse and after the success plateau."""
     lines = [
         "| point | seed | collapsed (first turn) | collapsed (trajectory) | regime at the end | alarm | "
         "entropy monitor | success plateau | final val success |",
@@ -212,17 +226,29 @@ def collapse_markdown(readings: Sequence[CollapseReading]) -> str:
         )
     lines += [
         "",
-        "| point | runs | collapsed | alarm on collapsed runs | alarm on the others | alarm − collapse (steps) |",
-        "|---|---|---|---|---|---|",
+        "| point | runs | collapsed | Δ collapsed share vs baseline [95% CI] | alarm on collapsed runs | "
+        "alarm on the others | alarm − collapse (steps) | alarm − success plateau (steps) | "
+        "entropy monitor on collapsed runs | entropy monitor on the others |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     points: dict[str, list[CollapseReading]] = {}
     for r in readings:
         points.setdefault(r.run.label, []).append(r)
+    reference = alarm_rates(points[baseline]) if baseline in points else None
     for label, members in [*points.items(), ("all", list(readings))]:
         rates = alarm_rates(members)
-        leads = ", ".join(f"{lead:+d}" for lead in rates.leads) or "–"
+        if reference is None or label == "all":
+            share = "–"
+        elif label == baseline:
+            share = "baseline"
+        else:
+            d = proportion_difference(
+                rates.collapsed, len(members), reference.collapsed, reference.collapsed + reference.healthy
+            )
+            share = f"{d.delta:+.3g} [{d.low:+.3g}, {d.high:+.3g}]"
         lines.append(
-            f"| {_text(label)} | {len(members)} | {rates.collapsed} | {rates.hits}/{rates.collapsed}"
-            f" | {rates.false_alarms}/{rates.healthy} | {leads} |"
+            f"| {_text(label)} | {len(members)} | {rates.collapsed} | {share} | {rates.hits}/{rates.collapsed}"
+            f" | {rates.false_alarms}/{rates.healthy} | {_steps(rates.leads)} | {_steps(rates.after_plateau)}"
+            f" | {rates.entropy_hits}/{rates.collapsed} | {rates.entropy_false_alarms}/{rates.healthy} |"
         )
     return "\n".join(lines) + "\n"

@@ -403,7 +403,7 @@ def run_compare(
             sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
         extra.append(("predictors.md", predictors))
     if collapse:
-        readings = collapse_markdown([read_run(run) for run in runs])
+        readings = collapse_markdown([read_run(run) for run in runs], table.baseline)
         if fmt == "markdown":
             sys.stdout.write("\nTemplate collapse, run by run (steps are iterations; –: never):\n\n" + readings)
         extra.append(("collapse.md", readings))

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy.stats import norm
 from scipy.stats import t as student_t
 
 
@@ -76,3 +77,32 @@ def welch_difference(a: Sequence[float], b: Sequence[float], confidence: float =
     df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
     half = float(student_t.ppf((1 + confidence) / 2, df)) * se
     return Difference(delta, delta - half, delta + half, df, confidence)
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of a proportion k/n: the p with |k/n - p| <= z·sqrt(p(1 - p)/n), z the normal
+    quantile at (1 + c)/2; solved, (p̂ + z²/2n ± z·sqrt(p̂(1 - p̂)/n + z²/4n²)) / (1 + z²/n). Unlike the normal
+    approximation it stays inside [0, 1] and is not empty at k = 0 or k = n. NaN for n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    z = float(norm.ppf((1 + confidence) / 2))
+    p = k / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> Difference:
+    """Difference of proportions d = k1/n1 - k2/n2 with Newcombe's hybrid score interval (his method 10), built from
+    each side's Wilson interval [l, u]: [d - sqrt((p1 - l1)² + (u2 - p2)²), d + sqrt((u1 - p1)² + (p2 - l2)²)].
+    Rates over a handful of seeds (a collapse rate of 7 of 16 runs) are where the Wald interval fails; df is NaN
+    (there is none)."""
+    if n1 == 0 or n2 == 0:
+        return Difference(math.nan, math.nan, math.nan, math.nan, confidence)
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, confidence)
+    l2, u2 = wilson_interval(k2, n2, confidence)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return Difference(d, low, high, math.nan, confidence)
