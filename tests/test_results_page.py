@@ -8,6 +8,8 @@ Every table on the page is one of:
 - the summary, each number of whose "measured here" column is quoted from a table that `compare` prints below it;
 - the warm-start records, each cell read from the `warm_start.json` its first cell names.
 
+A `text` block right after a bash block of `python scripts/reasoning_samples.py` commands is what they print.
+
 The page extracts each store into its own folder, `/tmp/results/<store>`; here that is a temporary folder holding the
 stores the commands read. Runs are loaded once per store and shared between commands, and each comparison's figures
 and MLflow record are skipped: neither changes what `compare` prints. A number edited by hand, a table left behind
@@ -284,3 +286,34 @@ def test_every_local_link_of_the_page_exists():
     local = [t for t in targets if not t.startswith(("http://", "https://", "#"))]
     assert local, "the page links its figures"
     assert [t for t in local if not (PAGE.parent / t).exists()] == []
+
+
+SAMPLES = re.compile(r"```bash\n((?:(?!```).)*)```\n\n```text\n((?:(?!```).)*)```\n", re.DOTALL)
+SAMPLES_SCRIPT = ["python", "scripts/reasoning_samples.py"]
+
+
+def samples_commands(code: str) -> list[list[str]]:
+    """The `python scripts/reasoning_samples.py` commands of a bash block, as the script's argv."""
+    words = [shlex.split(line, comments=True) for line in code.replace("\\\n", " ").splitlines()]
+    return [w[len(SAMPLES_SCRIPT) :] for w in words if w[: len(SAMPLES_SCRIPT)] == SAMPLES_SCRIPT]
+
+
+SAMPLE_BLOCKS = [(samples_commands(code), text) for code, text in SAMPLES.findall(PAGE_TEXT)]
+
+
+def test_the_page_shows_reasonings_as_the_script_prints_them():
+    assert SAMPLE_BLOCKS and all(commands for commands, _ in SAMPLE_BLOCKS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("commands,text", SAMPLE_BLOCKS)
+def test_the_sample_reasonings_are_what_the_script_prints(stores, commands, text):
+    import reasoning_samples
+
+    out = io.StringIO()
+    for argv in commands:
+        for store in stores_named(argv):
+            stores.extract(store)
+        with contextlib.redirect_stdout(out):
+            assert reasoning_samples.main(local_argv(argv, stores.root)) == 0
+    assert out.getvalue().replace(str(stores.root) + "/", PAGE_ROOT) == text
