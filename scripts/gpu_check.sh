@@ -4,7 +4,7 @@
 #
 #   bash scripts/gpu_check.sh            # every visible GPU; CUDA_VISIBLE_DEVICES=0,1 bash scripts/gpu_check.sh for two
 #   bash scripts/gpu_check.sh single     # only the one-GPU checks (about 7 minutes on two H200s)
-#   bash scripts/gpu_check.sh multi      # only the checks over several GPUs (about 6 minutes): two halves for two slots
+#   bash scripts/gpu_check.sh multi      # only the checks over several GPUs (its longest lane, the NCCL tests: 5 min)
 #   GPU_CHECK_ONLY='ppo fsdp' bash scripts/gpu_check.sh multi   # only the checks whose name matches (grep -E): a rerun
 #
 # On all visible GPUs it runs (single-GPU checks side by side on different GPUs where there are several; the multi-GPU
