@@ -11,26 +11,12 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
 from ragen_lit.training.callbacks import IterationLogger
 
-ROOT = Path(__file__).resolve().parents[2]
-ARGS = [
-    "fit",
-    "--config",
-    str(ROOT / "conf" / "frozenlake.yaml"),
-    "rollout.groups=2",
-    "rollout.group_size=4",
-    "rollout.max_turns=2",
-    "rollout.max_new_tokens=32",
-    "validation.num_envs=4",
-    "diagnostics.num_samples=8",
-    "optim.micro_batch_size=8",
-    "trainer.threads=1",
-    "trainer.iterations=3",
-    "trainer.checkpoint_every=1",
-]
+ARGS = ["fit", "--config", CONFIG, *SMALL, "trainer.iterations=3", "trainer.checkpoint_every=1"]
 
 
 def _status(out: Path) -> str:

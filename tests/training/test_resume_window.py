@@ -7,22 +7,10 @@ import json
 from pathlib import Path
 
 import mlflow
+from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.analysis.sweep import DONE_MARKER, LOG_NAME
 from ragen_lit.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = str(ROOT / "conf" / "frozenlake.yaml")
-SMALL = [
-    "rollout.groups=2",
-    "rollout.group_size=4",
-    "rollout.max_turns=2",
-    "rollout.max_new_tokens=32",
-    "validation.num_envs=4",
-    "diagnostics.num_samples=8",
-    "optim.micro_batch_size=8",
-    "trainer.threads=1",
-]
 
 
 def _resumed_from(run: Path) -> list[str]:
