@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ragen_lit.errors import ConfigError
@@ -17,6 +17,8 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max
 
 
 @given(TEXT)
+@example("'`")  # a shell expands ` and $ inside double quotes
+@example("it's $HOME")
 def test_a_quoted_override_reads_back_as_the_same_text(value):
     word = quoted_override("env.options.path", value)
     if word is None:  # only a value the grammar cannot quote: one ending in a backslash

@@ -76,7 +76,9 @@ def _shell_word(text: str) -> str:
     """`text` as one word of a POSIX shell: in single quotes, or in double quotes where it holds a single quote."""
     if "'" not in text:
         return f"'{text}'"
-    return '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
+    if "$" in text or "`" in text:  # a shell expands these in double quotes; single quotes joined by "'" do not
+        return shlex.quote(text)
+    return '"' + re.sub(r'([\\"])', r"\\\1", text) + '"'
 
 
 def _reads_back(word: str, value: str) -> bool:
