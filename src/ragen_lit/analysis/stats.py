@@ -89,7 +89,10 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     p = k / n
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+    # at k = 0 (k = n) the lower (upper) bound is 0 (1) exactly, which the rounded formula misses by an ulp
+    low = 0.0 if k == 0 else (centre - half) / (1 + z * z / n)
+    high = 1.0 if k == n else (centre + half) / (1 + z * z / n)
+    return low, high
 
 
 def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float = 0.95) -> Difference:
