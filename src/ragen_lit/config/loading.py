@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 from ragen_lit.choices import PRESETS as ALGO_PRESETS
@@ -84,43 +85,69 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 
     Preset sections: `algo=grpo` / `model=smollm2-135m` (as an override, or `algo: grpo` in YAML)
     resets that section to defaults + preset; field overrides apply after."""
+    if path is None:
+        return _resolve({}, overrides, "")
+    return _resolve(_read_yaml(path), overrides, f"--config {path}")
+
+
+def load_saved_config(run_json: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config a run recorded in its run.json (`config`), with `overrides` on top, read as `load_config` reads a
+    YAML file (settings removed or renamed since the run was made are handled the same way)."""
+    import json
+
+    try:
+        tree = json.loads(run_json.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"{run_json}: does not hold the run's config ({err})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{run_json}: its config is not a mapping of sections")
+    return _resolve(tree, overrides, str(run_json))
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    tree: dict[str, Any] = {}
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(path))
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--config {path}: a folder, not a YAML file (e.g. conf/frozenlake.yaml)") from None
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot be read ({err.strerror or err})") from None
+    except (OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(err)})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"--config {path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
+    return loaded
+
+
+def _resolve(tree: dict[str, Any], overrides: list[str] | tuple[str, ...], where: str) -> Config:
+    """`tree` (sections read from `where`, empty for none) with `overrides` on top → validated `Config`."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     renamed: dict[str, str] = {}
-    if path is not None:
-        try:
-            loaded = OmegaConf.to_container(OmegaConf.load(path))
-        except FileNotFoundError:
-            raise ConfigError(f"--config {path}: no such file") from None
-        except IsADirectoryError:
-            raise ConfigError(f"--config {path}: a folder, not a YAML file (e.g. conf/frozenlake.yaml)") from None
-        except OSError as err:
-            raise ConfigError(f"--config {path}: cannot be read ({err.strerror or err})") from None
-        except (OmegaConfBaseException, ValueError) as err:
-            raise ConfigError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"--config {path}: not valid YAML ({_yaml_problem(err)})") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"--config {path}: the top level must be a mapping of sections ({', '.join(SECTIONS)})")
-        for section, value in loaded.items():
+    if tree:
+        for section, value in tree.items():
             if section not in SECTIONS:
-                raise ConfigError(f"--config {path}: unknown section {section!r}; sections are: {', '.join(SECTIONS)}")
+                raise ConfigError(f"{where}: unknown section {section!r}; sections are: {', '.join(SECTIONS)}")
             if not isinstance(value, dict) and not (section in PRESET_TABLES and isinstance(value, str)):
                 what = "a mapping of its keys or a preset name" if section in PRESET_TABLES else "a mapping of its keys"
-                raise ConfigError(f"--config {path}: section {section} is {value!r}; it must be {what}")
-        tree = loaded
+                raise ConfigError(f"{where}: section {section} is {value!r}; it must be {what}")
         yaml_keys = [f"{s}.{k}" for s, sect in tree.items() if isinstance(sect, dict) for k in sect]
         for key in set(yaml_keys) & set(RETIRED_KEYS):
             section, name = key.split(".")
-            log.warning(f"--config {path}: {key} is ignored: it was removed, {RETIRED_KEYS[key]}")
+            log.warning(f"{where}: {key} is ignored: it was removed, {RETIRED_KEYS[key]}")
             del tree[section][name]
             yaml_keys.remove(key)
-        for old, new in _renamed(yaml_keys, f"--config {path}").items():
+        for old, new in _renamed(yaml_keys, where).items():
             section = old.split(".")[0]
             tree[section][new.split(".")[1]] = tree[section].pop(old.split(".")[1])
             renamed[old] = new
