@@ -67,7 +67,8 @@ def find_checkpoint(source: str | os.PathLike, what: str) -> Path:
 
 
 def policy_state(checkpoint: Path, what: str) -> tuple[dict, dict]:
-    """(policy state dict without the `policy.` prefix, {"epoch", "global_step"}) of a Lightning checkpoint.
+    """(policy state dict without the `policy.` prefix, {"epoch", "global_step", "iteration"}) of a Lightning
+    checkpoint (`iteration`: the RL iterations it had trained).
 
     Tensors are memory-mapped from a single file; a sharded folder is gathered into one temporary file first.
     Raises `ConfigError` for a file that is not a ragen_lit checkpoint."""
@@ -109,7 +110,12 @@ def _policy_part(content, checkpoint: Path, what: str) -> tuple[dict, dict]:
             f"{what} {str(checkpoint)!r}: this file holds no policy weights (no 'state_dict' with 'policy.' keys), "
             "so it is not a ragen_lit checkpoint"
         )
-    return policy, {k: int(content[k]) for k in ("epoch", "global_step") if k in content}
+    progress = {k: int(content[k]) for k in ("epoch", "global_step") if k in content}
+    try:  # Lightning's `epoch` is the last epoch's index or the count, depending on when it saved; this is the count
+        progress["iteration"] = int(content["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    return policy, progress
 
 
 def run_model_config(checkpoint: Path, what: str) -> tuple[ModelConfig, str]:
@@ -149,7 +155,7 @@ class TrainedPolicy:
     base: str
     """the folder or hub id the run started from"""
     progress: dict
-    """{"epoch", "global_step"} of the checkpoint, where it records them"""
+    """{"epoch", "global_step", "iteration"} of the checkpoint, where it records them"""
 
 
 def load_trained_policy(source: str | os.PathLike, dtype: str | None, what: str) -> TrainedPolicy:
