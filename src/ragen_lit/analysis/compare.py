@@ -104,6 +104,8 @@ COLUMNS = (
     Column("step_time_s", "step time (s)", "time/iteration_s", "mean"),
 )
 DIFF_COLUMN = COLUMNS[0]
+# shown by default when an evaluation (`python -m ragen_lit evaluate`) is among the runs
+EVAL_COLUMNS = (Column("eval_success", "eval success", "eval/success", "last"),)
 # columns known by name for --metrics and --differences, not shown by default
 EXTRA_COLUMNS = (Column("val_success_mean", "mean val success", "val/success", "mean"),)
 
@@ -131,11 +133,13 @@ class Table:
 
 
 def choose_columns(names: Sequence[str] | None, runs: Sequence[RunRecord]) -> tuple[Column, ...]:
-    """The default columns, or the named ones: a column key (`val_success_final`) or any logged metric key
-    with an optional reducer (`rollout/reward`, `rollout/reward:mean`; default: last)."""
+    """The default columns (with `eval success` when an evaluation is among `runs`), or the named ones: a column key
+    (`val_success_final`) or any logged metric key with an optional reducer (`rollout/reward`, `rollout/reward:mean`;
+    default: last)."""
     if not names:
-        return COLUMNS
-    known = {c.key: c for c in (*COLUMNS, *EXTRA_COLUMNS)}
+        evaluated = any(column.metric in run.metrics for run in runs for column in EVAL_COLUMNS)
+        return (*COLUMNS, *EVAL_COLUMNS) if evaluated else COLUMNS
+    known = {c.key: c for c in (*COLUMNS, *EVAL_COLUMNS, *EXTRA_COLUMNS)}
     logged = {key for run in runs for key in run.metrics}
     chosen = []
     for name in names:
@@ -191,6 +195,7 @@ def build_table(
       kept ratio         = mean `filter/kept_ratio` over iterations (share of groups the RV filter kept)
       Std(RV)/Mean(RV)   = mean `filter/rv_cv` over iterations
       step time          = mean `time/iteration_s` over iterations (seconds)
+      eval success       = `eval/success` of an evaluation run (`python -m ragen_lit evaluate`), when there is one
 
     Per cell x̄ = Σx/n and s = sqrt(Σ(x - x̄)²/(n - 1)); Δ = x̄_point - x̄_baseline ± t_{0.975,ν}·se with
     se and ν from `stats.welch_difference`.
