@@ -93,7 +93,23 @@ ALLOWED: dict[str, set[str]] = {
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
     "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "provenance", "preflight"},
+    # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
+    # Wilson interval and the role tag `compare` reads
+    "evaluation": {
+        "errors",
+        "typed_fields",
+        "config",
+        "agent",
+        "checkpoints",
+        "models",
+        "presets",
+        "preflight",
+        "provenance",
+        "warm_start",
+        "analysis",
+        "training",
+    },
+    "cli": BELOW_TRAINING | {"training", "diagnose", "evaluation", "analysis", "warm_start", "provenance", "preflight"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

@@ -1,4 +1,4 @@
-"""`python -m ragen_lit <command>`: fit, warm-start, sweep, compare, diagnose, export, config.
+"""`python -m ragen_lit <command>`: fit, warm-start, sweep, compare, evaluate, diagnose, export, config.
 
 User mistakes end with one clear line."""
 
@@ -195,6 +195,13 @@ def _diagnose_command(args) -> int:
     return run_diagnose(DiagnoseOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DiagnoseOptions)}))
 
 
+def _evaluate_command(args) -> int:
+    from ragen_lit.evaluation.run import EvaluateOptions, run_evaluate
+
+    options = EvaluateOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(EvaluateOptions)})
+    return run_evaluate(args.config or [], list(args.overrides), options)
+
+
 def _export_command(args) -> int:
     from ragen_lit.checkpoints import export_run
 
@@ -321,6 +328,21 @@ def main(argv: list[str] | None = None) -> int:
 
         _add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
+    p_eval = sub.add_parser(
+        "evaluate", help="play a model (a run, checkpoint, model folder or preset) on fixed episodes: success, pass@k"
+    )
+    p_eval.add_argument(
+        "--config",
+        action="append",
+        help="YAML config of the environment, engine and episodes (repeat for several environments; default: the "
+        "run's own config, or the defaults)",
+    )
+    if command == "evaluate":
+        from ragen_lit.evaluation.run import EvaluateOptions
+
+        _add_option_flags(p_eval, EvaluateOptions)
+    p_eval.add_argument("overrides", nargs="*", help="key.sub=value overrides applied to every config, as for fit")
+    p_eval.set_defaults(func=_evaluate_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
     p_exp.add_argument("run", help="a run folder (its newest checkpoint) or a checkpoint")
     p_exp.add_argument("--out", required=True, help="the folder to write (new or empty)")

