@@ -12,6 +12,7 @@
 #   cuda tests          the tests marked `cuda` (kernels, the CUDA-graph decode, the fused and split decode paths)
 #   fast = exact        the engine's fast rollout path samples what its exact path samples (tests/engines, cuda)
 #   README fit          `python -m ragen_lit fit --config conf/frozenlake.yaml` on one GPU, as the README runs it
+#   evaluate            `evaluate` of the README fit's run: its final validation replayed, and pass@4 at temperature 1
 #   fsdp, 1 GPU         a short GRPO fit under trainer.strategy=fsdp on one GPU
 #   exactness, NCCL     2 NCCL ranks reproduce the single process: FSDP and DDP updates (every preset, LoRA), the MI
 #                       diagnostics and metrics (RAGEN_LIT_TEST_DEVICE=cuda; needs 2 GPUs)
@@ -95,6 +96,21 @@ readme_fit() {
     echo "gpu_check: validation $(echo "$log" | grep -a 'validation success' | tail -1 | awk '{print $(NF-2), $(NF-1), $NF}')"
 }
 
+evaluate_readme() {
+    local run
+    run=$(ls -d "$OUT"/readme/frozenlake-*/ | head -1)
+    $PY -m ragen_lit evaluate --model "$run" --out "$OUT/evaluate.json" || return
+    $PY -m ragen_lit evaluate --model "$run" --samples 4 --temperature 1.0 --out "$OUT/evaluate_k4.json" || return
+    $PY - "$run" "$OUT/evaluate.json" "$OUT/evaluate_k4.json" <<'EOF'
+import json, sys
+final = json.load(open(f"{sys.argv[1]}/run.json"))["finished"]["summary"]["val_success_final"]
+replay, = json.load(open(sys.argv[2]))["environments"]
+sampled, = json.load(open(sys.argv[3]))["environments"]
+print(f"gpu_check: replay {replay['success']:.3f} (fit's final validation {final:.3f}), "
+      f"pass@4 {sampled['pass_at']['4']:.3f} at temperature 1")
+EOF
+}
+
 bench_step() {
     $PY scripts/bench_step.py --pipeline-only --iterations 3 --out "$OUT/bench_step.json" || return
     $PY - "$OUT/bench_step.json" <<'EOF'
@@ -106,7 +122,7 @@ print(f"gpu_check: step {s['step_s']:.2f} s, generation {t['generation_tokens_pe
 EOF
 }
 
-export -f readme_fit bench_step
+export -f readme_fit evaluate_readme bench_step
 export PY OUT
 
 # 1. single-GPU checks, side by side when there are GPUs to spare: GPU 0 runs the tests and the one-GPU FSDP fit, the
@@ -119,6 +135,7 @@ if [ "$PART" != multi ]; then
             trainer.strategy=fsdp trainer.devices=1 logging.run_name=fsdp-1 "logging.output_dir=$OUT/runs"
     } &
     check "README fit" "$LAST" readme_fit
+    check "evaluate" "$LAST" evaluate_readme
     check "bench step" "$LAST" bench_step
     wait
 fi
