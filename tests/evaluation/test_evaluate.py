@@ -84,9 +84,10 @@ def test_evaluating_a_run_replays_its_final_validation(tmp_path, capsys):
     assert sampled["seeds"] == env["seeds"] and sampled["samples"] == 2
 
     capsys.readouterr()
-    assert main(["compare", str(out), "--out", str(tmp_path / "compare")]) == 0
-    table = capsys.readouterr().out
+    assert main(["compare", str(out), "--collapse", "--out", str(tmp_path / "compare")]) == 0
+    table, readings = capsys.readouterr().out.split("Template collapse, run by run")
     assert "eval success" in table and f"{training.info.run_name} (evaluation on frozenlake)" in table
+    assert "(evaluation on" not in readings  # no training curves: not read for collapse
 
 
 def _seed_file(tmp_path: Path, text: str) -> str:

@@ -23,6 +23,7 @@ from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
     find_stores,
+    is_evaluation,
     label_runs,
     load_runs,
     select_runs,
@@ -396,25 +397,26 @@ def run_compare(
         names = ", ".join(f"{r.name} ({r.status})" for r in unfinished[:6]) + (" ..." if len(unfinished) > 6 else "")
         verb = "left out (--finished-only)" if finished_only else "in the table with their last logged values"
         print(f"warning: {len(unfinished)} run(s) did not finish, {verb}: {names}", file=sys.stderr)
-    steps = predictor_steps(runs, predictors_at) if predictors_at is not None else []
+    trained = [run for run in runs if not is_evaluation(run)]  # evaluations have no training curves to read
+    steps = predictor_steps(trained, predictors_at) if predictors_at is not None else []
     compared = choose_columns(differences, runs) if differences else (DIFF_COLUMN,)
     table = build_table(runs, baseline, choose_columns(metrics, runs), compared)
     text = render(table, fmt)
     sys.stdout.write(text)
     extra = []
     if steps:
-        predictors = predictors_markdown([(step, predictor_table(runs, step)) for step in steps])
+        predictors = predictors_markdown([(step, predictor_table(trained, step)) for step in steps])
         if fmt == "markdown":
             sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
         extra.append(("predictors.md", predictors))
     if collapse:
-        readings = collapse_markdown([read_run(run) for run in runs], table.baseline)
+        readings = collapse_markdown([read_run(run) for run in trained], table.baseline)
         if fmt == "markdown":
             sys.stdout.write("\nTemplate collapse, run by run (steps are iterations; –: never):\n\n" + readings)
         extra.append(("collapse.md", readings))
 
     folder = default_out(paths, tracking_uri) if out is None else Path(out)
-    files = write_figures(group_runs(runs), folder)
+    files = write_figures(group_runs(trained), folder)
     folder.mkdir(parents=True, exist_ok=True)
     tables = [folder / f"compare.{FORMATS[fmt]}"]
     tables[0].write_text(text)

@@ -16,6 +16,8 @@ STORE_NAME = "mlruns.db"
 # the tag that marks `compare`'s own run, so a second comparison does not read the first one as a run
 ROLE_TAG = "ragen_lit.role"
 COMPARE_ROLE = "compare"
+# the tag value of an evaluation (`python -m ragen_lit evaluate`): a row of its own, with no training curves
+EVALUATION_ROLE = "evaluation"
 
 History = list[tuple[int, float]]
 
@@ -105,6 +107,10 @@ def _history(client, run_id: str, key: str) -> History:
         if m.step not in latest or m.timestamp >= latest[m.step][0]:
             latest[m.step] = (m.timestamp, m.value)
     return [(step, value) for step, (_, value) in sorted(latest.items())]
+
+
+def is_evaluation(run: RunRecord) -> bool:
+    return run.tags.get(ROLE_TAG) == EVALUATION_ROLE
 
 
 def select_runs(runs: list[RunRecord], selectors: Sequence[str]) -> list[RunRecord]:

@@ -16,13 +16,12 @@ import os
 import time
 from pathlib import Path
 
-from ragen_lit.analysis.runs import ROLE_TAG
+from ragen_lit.analysis.runs import EVALUATION_ROLE, ROLE_TAG
 from ragen_lit.config import Config, flat_dict
 from ragen_lit.errors import ConfigError
 from ragen_lit.evaluation.policy import EvaluatedPolicy, run_config_of
 from ragen_lit.evaluation.report import EnvEvaluation
 
-EVALUATION_ROLE = "evaluation"
 REPORT_FOLDER = "evaluations"
 ARTIFACT = "evaluation.json"
 _PARAM_BATCH = 100  # MLflow takes at most this many params per call
