@@ -23,7 +23,8 @@
 #                       (a check that it runs; its timing is a benchmark's only when nothing else shares the machine)
 # and prints one table (check, result, seconds, commit, card). Exit status 1 if any check failed; every check's log is
 # kept in the folder printed at the top (GPU_CHECK_DIR to choose it). PYTHON names the interpreter (default python);
-# GPU_CHECK_COMMIT names the code's commit where the tree is no git checkout (a copy, a container image).
+# RAGEN_LIT_COMMIT names the code's commit where the tree is not its git checkout (a copy, a container image); the
+# runs' MLflow tags take it too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${1:-all}
@@ -38,8 +39,8 @@ OUT=${GPU_CHECK_DIR:-$(mktemp -d -t gpu_check.XXXX)}
 mkdir -p "$OUT"
 RESULTS="$OUT/results.tsv"
 : >"$RESULTS"
-COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-[ -n "${GPU_CHECK_COMMIT:-}" ] || git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
+COMMIT=${RAGEN_LIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+[ -n "${RAGEN_LIT_COMMIT:-}" ] || git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
 CARD="$GPUS x $($PY -c "import torch; print(torch.cuda.get_device_name(0))")"
 echo "gpu_check: $CARD, commit $COMMIT, logs in $OUT"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1

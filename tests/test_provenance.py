@@ -37,6 +37,13 @@ def test_commit_and_dirty_flag_of_a_checkout(tmp_path):
     assert source_commit(tmp_path) == (head, True)
 
 
+def test_a_named_commit_wins_over_the_checkout(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_LIT_COMMIT", "1779e11")
+    assert source_commit(tmp_path) == ("1779e11", False)  # no checkout there: the name alone
+    monkeypatch.setenv("RAGEN_LIT_COMMIT", "1779e11+dirty")
+    assert source_commit() == ("1779e11", True)  # inside this checkout too
+
+
 def test_run_tags_name_both(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"w")
     tags = run_tags(str(tmp_path))

@@ -6,6 +6,7 @@ and `warm-start` writes them into its record, so a result names the code and the
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,9 +14,18 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 """files that hold a model's weights (a folder's other files — config, tokenizer — are not hashed)"""
 
 
+COMMIT_ENV = "RAGEN_LIT_COMMIT"
+"""names the commit of a tree that is not that commit's git checkout (a copy of a working tree, a container image):
+`<hash>`, or `<hash>+dirty` for one with changes; it wins over git"""
+
+
 def source_commit(folder: Path | None = None) -> tuple[str, bool] | None:
-    """(commit hash, whether tracked files have uncommitted changes) of the git checkout holding `folder` (default:
-    the ragen_lit source in use); None outside a git checkout (an installed wheel)."""
+    """(commit hash, whether tracked files have uncommitted changes) of the ragen_lit source in use: `COMMIT_ENV` where
+    set, else the git checkout holding `folder` (default: this package); None outside a git checkout (a wheel)."""
+    named = os.environ.get(COMMIT_ENV, "").strip()
+    if named:
+        commit, _, dirty = named.partition("+")
+        return commit, dirty == "dirty"
     folder = folder or Path(__file__).resolve().parent
 
     def git(*args: str) -> str | None:
