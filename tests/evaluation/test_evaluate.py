@@ -9,9 +9,9 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from tests.training.small_fit import CONFIG, SMALL
 
 TINY = ["--model", "tiny", "trainer.threads=1", "rollout.max_turns=2", "rollout.max_new_tokens=32"]
 
