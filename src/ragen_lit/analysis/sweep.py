@@ -30,25 +30,17 @@ import hashlib
 import itertools
 import os
 import re
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from ragen_lit.analysis.sweep_lock import sweep_lock
-from ragen_lit.checkpoint_files import newest_checkpoint
+from ragen_lit.analysis.sweep_run import LOG_NAME, fit_command, outcome, record_end, start_attempt, status
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 from ragen_lit.overrides import parse_overrides
-
-DONE_MARKER = "sweep_done"
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
-LOG_NAME = "sweep.log"
 
 
 @dataclass(frozen=True)
@@ -130,20 +122,6 @@ def write_run_config(spec: RunSpec, sweep: str, threads: int) -> Path:
     return path
 
 
-def status(spec: RunSpec) -> str:
-    """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
-    if (spec.folder / DONE_MARKER).is_file():
-        return "done"
-    if spec.folder.is_dir() and any(newest_checkpoint(run) for run in spec.folder.iterdir() if run.is_dir()):
-        return "resume"
-    return "new"
-
-
-def fit_command(spec: RunSpec, resume: bool) -> list[str]:
-    command = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(spec.folder / "config.yaml")]
-    return command + (["trainer.resume=last"] if resume else [])
-
-
 GPU_SHARED_FRACTION = 0.95
 """of a card's memory, split equally among the runs that share it (the rest: each process's CUDA context)"""
 
@@ -214,51 +192,26 @@ def check_devices(devices: list[str] | None, visible: int) -> None:
             )
 
 
-def _child_setup(cores: tuple[int, ...]) -> None:
-    """In the run's process before it starts: pin it to its cores, and (Linux) have it killed when the
-    sweep dies, so that a restarted sweep never races a run left over from the killed one."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
-    resume = status(spec) == "resume"
-    if not resume and spec.folder.exists():  # an attempt that never reached a checkpoint: start clean
-        for child in spec.folder.iterdir():  # but keep its log: why it failed is in there, the new attempt appends
-            if child.name not in ("config.yaml", LOG_NAME):
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-    # a GPU slot sees its GPU only; a CPU slot sees none (else `auto` would stack every CPU run on GPU 0)
+    """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
+    would stack every CPU run on GPU 0)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
-    command = fit_command(spec, resume)
+    placement = ["trainer.accelerator=cpu"]
     if slot.gpu is not None:
-        command += ["trainer.accelerator=gpu", "trainer.devices=1"]
+        placement = ["trainer.accelerator=gpu", "trainer.devices=1"]
         if slot.memory_share is not None and not spec.config.trainer.gpu_memory_fraction:  # a grid's own cap wins
-            command += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
+            placement += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
+    return start_attempt(spec.folder, placement, env, slot.cores)
+
+
+def report(spec: RunSpec, say=print) -> bool:
+    """Say how the run's last attempt ended, from its markers (`sweep_run.outcome`); whether it finished."""
+    finished, detail = outcome(spec.folder)
+    if finished:
+        say(f"done    {spec.point} seed {spec.seed} ({detail})")
     else:
-        command += ["trainer.accelerator=cpu"]
-    log = open(spec.folder / LOG_NAME, "a")  # noqa: SIM115 - closed when the process ends (`run_all`)
-    # a killed attempt may have left a progress bar without its final newline
-    log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
-    log.flush()
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=partial(_child_setup, slot.cores)
-    )
-    process.log = log  # type: ignore[attr-defined]
-    return process
-
-
-def exit_reason(returncode: int) -> str:
-    """`exit 1`, or for a run killed by a signal its name (`killed by SIGSEGV`; Popen gives -signal)."""
-    if returncode >= 0:
-        return f"exit {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
+        say(f"FAILED  {spec.point} seed {spec.seed} ({detail or 'no result'}; see {spec.folder / LOG_NAME})")
+    return finished
 
 
 def interleaved(pool: list[Slot]) -> list[Slot]:
@@ -288,7 +241,7 @@ def device_queues(specs: list[RunSpec], pool: list[Slot]) -> dict[str | None, li
 def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
     """Run every spec that is not done, at most one per slot at a time, each on its device (`device_queues`);
     returns counts per outcome."""
-    pending = [spec for spec in specs if status(spec) != "done"]
+    pending = [spec for spec in specs if status(spec.folder) != "done"]
     counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
     queues = device_queues(pending, pool)
     free = interleaved(pool)
@@ -305,15 +258,8 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
             spec, slot, started = running.pop(process)
             process.log.close()
             free.append(slot)
-            seconds = time.perf_counter() - started
-            if process.returncode == 0:
-                (spec.folder / DONE_MARKER).write_text(f"{seconds:.0f} s\n")
-                counts["finished"] += 1
-                say(f"done    {spec.point} seed {spec.seed} ({seconds:.0f} s)")
-            else:
-                counts["failed"] += 1
-                reason = exit_reason(process.returncode)
-                say(f"FAILED  {spec.point} seed {spec.seed} ({reason}; see {spec.folder / LOG_NAME})")
+            record_end(spec.folder, process.returncode, time.perf_counter() - started)
+            counts["finished" if report(spec, say) else "failed"] += 1
     return counts
 
 
@@ -360,11 +306,11 @@ def _run_locked(
 ) -> int:
     """`run_sweep` past its checks, under the sweep folder's lock."""
     for spec in specs:
-        if status(spec) != "done":
+        if status(spec.folder) != "done":
             write_run_config(spec, name, threads)
     if print_commands:
         for spec in specs:
-            print(" ".join(fit_command(spec, resume=False)))
+            print(" ".join(fit_command(spec.folder, resume=False)))
         return 0
     pool = slots(parallel, threads, devices)
     points = len({spec.point for spec in specs})
