@@ -93,6 +93,8 @@ ALLOWED: dict[str, set[str]] = {
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
     "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training"},
+    # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
+    "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING | {"training", "diagnose", "analysis", "warm_start", "provenance", "preflight"},
     "__main__": {"cli"},
     "__init__": {"envs"},

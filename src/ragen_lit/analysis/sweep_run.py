@@ -6,23 +6,30 @@ periodic checkpoint and its `last.ckpt` included), `new` otherwise. An attempt i
 process whose output is appended to the run's `sweep.log`: a new attempt first clears what a failed one left (its
 MLflow store, its run folder) but keeps `config.yaml` and the log, so the reason an attempt failed stays readable. An
 attempt that fails leaves the `sweep_failed` marker with its exit status or signal.
+
+The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
+attempts through the same functions, so both make the same resume-or-start-clean decision.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ragen_lit.checkpoint_files import newest_checkpoint
+from ragen_lit.errors import ConfigError
 
 DONE_MARKER = "sweep_done"
 FAILED_MARKER = "sweep_failed"
 LOG_NAME = "sweep.log"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
+logger = logging.getLogger(__name__)  # a launcher's job log (Hydra's job logging)
 
 
 def status(folder: Path) -> str:
@@ -99,3 +106,23 @@ def outcome(folder: Path) -> tuple[bool, str | None]:
         if (folder / marker).is_file():
             return finished, (folder / marker).read_text().strip()
     return False, None
+
+
+def run_attempt(folder: Path) -> bool:
+    """One attempt at the run in `folder`, as a launcher's job makes it: nothing when the run is done already, else
+    its `fit` (resumed or afresh) waited for and its end recorded (`record_end`); whether the run is done."""
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"{folder}: no config.yaml; give a run folder of a sweep (`sweep` writes them)")
+    if status(folder) == "done":
+        logger.info(f"already done: {folder}")
+        return True
+    started = time.perf_counter()
+    process = start_attempt(folder, [], dict(os.environ))
+    try:
+        returncode = process.wait()
+    finally:
+        process.log.close()
+    record_end(folder, returncode, time.perf_counter() - started)
+    finished, detail = outcome(folder)
+    logger.info(f"{'done' if finished else 'FAILED'}: {folder} ({detail}; its log: {folder / LOG_NAME})")
+    return finished
