@@ -12,6 +12,11 @@ and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved c
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
+The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its
+cores or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet
+done as one multirun of `ragen_lit.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
+run's attempts the same way (`sweep_run`).
+
 With several GPUs (`--devices`), every GPU runs every grid point about equally often and the points alternate in
 time (`device_queues`), so that no condition is one card's and differences between cards (speed, numerics) do not
 pose as differences between conditions.
@@ -33,11 +38,23 @@ import re
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from ragen_lit.analysis.sweep_launchers import LOCAL, check_launcher, launcher_settings, multirun, split_settings
 from ragen_lit.analysis.sweep_lock import sweep_lock
-from ragen_lit.analysis.sweep_run import LOG_NAME, fit_command, outcome, record_end, start_attempt, status
+from ragen_lit.analysis.sweep_run import (
+    FAILED_MARKER,
+    LOG_NAME,
+    exit_reason,
+    fit_command,
+    outcome,
+    record_end,
+    start_attempt,
+    status,
+)
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 from ragen_lit.overrides import parse_overrides
@@ -209,8 +226,10 @@ def report(spec: RunSpec, say=print) -> bool:
     finished, detail = outcome(spec.folder)
     if finished:
         say(f"done    {spec.point} seed {spec.seed} ({detail})")
+    elif detail is None:
+        say(f"FAILED  {spec.point} seed {spec.seed} (no end recorded: its job did not run to its end)")
     else:
-        say(f"FAILED  {spec.point} seed {spec.seed} ({detail or 'no result'}; see {spec.folder / LOG_NAME})")
+        say(f"FAILED  {spec.point} seed {spec.seed} ({detail}; see {spec.folder / LOG_NAME})")
     return finished
 
 
@@ -263,6 +282,38 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
     return counts
 
 
+def check_one_process(specs: list[RunSpec], launcher: str) -> None:
+    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
+    the job has tasks: a run over several devices or nodes is refused there, before any starts."""
+    if launcher != "submitit_slurm":
+        return
+    for spec in specs:
+        trainer = spec.config.trainer
+        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
+                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
+                "--print-commands, one srun per run"
+            )
+
+
+def run_launched(specs: list[RunSpec], sweep: Path, launcher: str, settings: list[str], say=print) -> dict[str, int]:
+    """Hand every spec that is not done to Hydra's `launcher` (one job each: `sweep_launchers.multirun`), wait for
+    them all and report each from its markers; returns counts per outcome."""
+    pending = [spec for spec in specs if status(spec.folder) != "done"]
+    counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
+    if not pending:
+        return counts
+    for spec in pending:  # an end an earlier launch recorded is not this one's
+        (spec.folder / FAILED_MARKER).unlink(missing_ok=True)
+    code, records = multirun(sweep, [spec.folder.name for spec in pending], launcher, settings)
+    for spec in pending:
+        counts["finished" if report(spec, say) else "failed"] += 1
+    if code:
+        say(f"the {launcher} launcher ended with {exit_reason(code)}; its records: {records}")
+    return counts
+
+
 def run_sweep(
     config: str | None,
     overrides: list[str],
@@ -274,54 +325,62 @@ def run_sweep(
     out: str | None = None,
     name: str | None = None,
     print_commands: bool = False,
+    launcher: str = LOCAL,
 ) -> int:
-    """Plan, write every run's config, then run them (or print their commands); 0 when all finished."""
+    """Plan, write every run's config, then run them on `launcher` (or print their commands); 0 when all finished.
+    `overrides` holds the grid and, for a Hydra launcher, its `hydra.launcher.<key>=<value>` settings."""
     if threads < 1:
         raise ConfigError(f"--threads-per-run {threads}: give at least 1")
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: give at least 1")
-    root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
+    grid, settings = split_settings(overrides)
+    check_launcher(launcher, settings, parallel=parallel, devices=devices, print_commands=print_commands)
+    root = (Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps").resolve()
     if name is not None and (name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")):
         raise ConfigError(f"--name {name!r}: give a plain folder name (no '/' or '\\'), made inside {root}")
-    name = name or sweep_name(config, overrides, seeds)
-    specs = plan(config, overrides, seeds, root, name)
-    if not print_commands:  # a launcher places printed commands itself
+    name = name or sweep_name(config, grid, seeds)
+    specs = plan(config, grid, seeds, root, name)
+    run = None  # --print-commands: a launcher of the user's own runs them
+    if launcher != LOCAL:
+        settings = launcher_settings(launcher, settings, parallel, threads, len(slots(None, threads, None)))
+        check_one_process(specs, launcher)
+        how = f"through Hydra's {launcher} launcher"
+        run = (partial(run_launched, sweep=root / name, launcher=launcher, settings=settings), how)
+    elif not print_commands:
         import torch
 
         check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
+        pool = slots(parallel, threads, devices)
+        run = (partial(run_all, pool=pool), f"{len(pool)} at a time")
     with sweep_lock(root / name):
-        return _run_locked(specs, name, root, seeds, parallel, threads, devices, print_commands)
+        return _run_locked(specs, name, root / name, seeds, threads, run)
 
 
 def _run_locked(
     specs: list[RunSpec],
     name: str,
-    root: Path,
+    folder: Path,
     seeds: int,
-    parallel: int | None,
     threads: int,
-    devices: list[str] | None,
-    print_commands: bool,
+    run: tuple[Callable[[list[RunSpec]], dict[str, int]], str] | None,
 ) -> int:
-    """`run_sweep` past its checks, under the sweep folder's lock."""
+    """`run_sweep` past its checks, under the sweep folder's lock: `run` runs the specs and says how (None: print
+    their commands)."""
     for spec in specs:
         if status(spec.folder) != "done":
             write_run_config(spec, name, threads)
-    if print_commands:
+    if run is None:
         for spec in specs:
             print(" ".join(fit_command(spec.folder, resume=False)))
         return 0
-    pool = slots(parallel, threads, devices)
+    run_specs, how = run
     points = len({spec.point for spec in specs})
-    print(
-        f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {len(pool)} at a time, "
-        f"in {root / name}"
-    )
-    counts = run_all(specs, pool)
+    print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
+    counts = run_specs(specs)
     print(
         f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
-        f"compare them with: python -m ragen_lit compare {root / name}"
+        f"compare them with: python -m ragen_lit compare {folder}"
     )
     if counts["failed"]:
         print(f"sweep {name}: the same command again retries the failed runs (finished runs are skipped)")
