@@ -109,6 +109,8 @@ ALLOWED: dict[str, set[str]] = {
         "analysis",
         "training",
     },
+    # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
+    "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING | {"training", "diagnose", "evaluation", "analysis", "warm_start", "provenance", "preflight"},
     "__main__": {"cli"},
     "__init__": {"envs"},

@@ -186,6 +186,7 @@ def _sweep_command(args) -> int:
         out=args.out,
         name=args.name,
         print_commands=args.print_commands,
+        launcher=args.launcher,
     )
 
 
@@ -308,9 +309,22 @@ def main(argv: list[str] | None = None) -> int:
     p_sweep = sub.add_parser("sweep", help="a grid of fits (Hydra's sweep grammar) x seeds, one process each")
     p_sweep.add_argument("--config", help="YAML config every run starts from (see conf/)")
     p_sweep.add_argument("--seeds", type=int, default=1, help="runs per grid point, trainer.seed = 0..N-1")
-    p_sweep.add_argument("--parallel", type=int, help="runs at a time (default: CPU cores / --threads-per-run)")
-    p_sweep.add_argument("--threads-per-run", type=int, default=1, help="CPU cores each run is pinned to")
-    p_sweep.add_argument("--devices", help="GPU ids, one run per GPU at a time, e.g. 0,1,2,3")
+    p_sweep.add_argument(
+        "--parallel",
+        type=int,
+        help="runs at a time (default: CPU cores / --threads-per-run); joblib's n_jobs, submitit_slurm's "
+        "array_parallelism",
+    )
+    p_sweep.add_argument(
+        "--threads-per-run", type=int, default=1, help="CPU cores (torch threads) of each run; submitit's cpus_per_task"
+    )
+    p_sweep.add_argument("--devices", help="GPU ids, one run per GPU at a time, e.g. 0,1,2,3 (--launcher local)")
+    p_sweep.add_argument(
+        "--launcher",
+        default="local",
+        help="local (default: a process pool here) | joblib | submitit_local | submitit_slurm: Hydra's launcher "
+        "plugins (pip install 'ragen_lit[launchers]'), set with hydra.launcher.<key>=<value> words",
+    )
     p_sweep.add_argument("--out", help="parent folder of the sweep (default: <logging.output_dir>/sweeps)")
     p_sweep.add_argument("--name", help="sweep name (default: the config's name and a hash of the grid)")
     p_sweep.add_argument(
@@ -319,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         help="write every run's config and print one fit command per run (for a cluster launcher)",
     )
     p_sweep.add_argument(
-        "overrides", nargs="*", help="key=value, key=a,b,c, key=range(start,stop,step), key=choice(..)"
+        "overrides",
+        nargs="*",
+        help="key=value, key=a,b,c, key=range(start,stop,step), key=choice(..); hydra.launcher.<key>=<value>",
     )
     p_sweep.set_defaults(func=_sweep_command)
     p_diag = sub.add_parser("diagnose", help="MI collapse diagnostics of a model on a rollouts JSONL file")

@@ -59,16 +59,20 @@ def grammar_error(word: str, problem: str) -> str:
     return f"{word!r} is not an override ({problem}); overrides look like key.sub=value (e.g. filter.value=0.8)"
 
 
+def quoted_value(value: str) -> str:
+    """`value` quoted for the grammar: in double quotes, or single quotes where it holds a double quote (the grammar
+    cannot read back a value that ends in a backslash: `quoted_override` checks)."""
+    if '"' not in value:
+        return f'"{value}"'
+    if "'" not in value:
+        return f"'{value}'"
+    return '"' + value.replace('"', '\\"') + '"'
+
+
 def quoted_override(key: str, value: str) -> str | None:
     """`key=value` as one shell word whose value the grammar reads back as the text `value`; None where no quoting
     does (e.g. a value that ends in a backslash)."""
-    if '"' not in value:
-        grammar = f'"{value}"'
-    elif "'" not in value:
-        grammar = f"'{value}'"
-    else:
-        grammar = '"' + value.replace('"', '\\"') + '"'
-    word = _shell_word(f"{key}={grammar}")
+    word = _shell_word(f"{key}={quoted_value(value)}")
     return word if _reads_back(shlex.split(word)[0], value) else None
 
 

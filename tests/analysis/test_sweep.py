@@ -16,22 +16,21 @@ import mlflow
 import pytest
 import torch
 
+from ragen_lit.analysis import sweep_run
 from ragen_lit.analysis.sweep import (
-    DONE_MARKER,
     Slot,
     check_devices,
     check_placement,
     device_queues,
-    exit_reason,
     expand_grid,
     folder_name,
     launch,
     plan,
     point_label,
     slots,
-    status,
     sweep_name,
 )
+from ragen_lit.analysis.sweep_run import DONE_MARKER, exit_reason, status
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
@@ -179,7 +178,7 @@ def test_conditions_share_every_gpu(tmp_path, monkeypatch, devices, points, seed
     started = []
     for spec in specs:
         spec.folder.mkdir(parents=True)
-    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
     real_launch = sweep_module.launch
     monkeypatch.setattr(
         sweep_module, "launch", lambda spec, slot: started.append((spec, slot)) or real_launch(spec, slot)
@@ -198,7 +197,7 @@ def test_a_gpu_with_more_free_slots_than_runs_starts_them_all(tmp_path, monkeypa
     specs = plan(CONFIG, ["filter.strategy=none,top_p"], 1, tmp_path, "s")
     for spec in specs:
         spec.folder.mkdir(parents=True)
-    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
     counts = sweep_module.run_all(specs, slots(None, 1, ["0", "0", "0", "1"]), say=lambda _: None)
     assert counts == {"skipped": 0, "finished": 2, "failed": 0}
 
@@ -214,7 +213,7 @@ def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypa
     (spec.folder / "sweep.log").write_text("$ fit ...\nSegmentation fault")  # no final newline, as a crash leaves it
     (spec.folder / "mlruns.db").write_text("half a run")
     (spec.folder / "frozenlake-grpo-top_p0.9-20261127").mkdir()
-    assert status(spec) != "resume"  # no checkpoint: nothing to resume
+    assert status(spec.folder) != "resume"  # no checkpoint: nothing to resume
     process = launch(spec, Slot((0,)))
     process.wait()
     process.log.close()
@@ -228,24 +227,27 @@ def test_a_crashed_run_is_reported_and_the_same_command_retries_it(tmp_path, mon
     skips the finished run, retries the crashed one, and that run's log keeps both attempts."""
     from ragen_lit.analysis import sweep as sweep_module
 
-    crash = {"filter.strategy=top_p": True}
+    crash = {"filter.strategy-top_p-seed0": True}
 
-    def fake_fit(spec, resume):
-        code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)" if crash.get(spec.point) else "pass"
+    def fake_fit(folder, resume):
+        code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)" if crash.get(folder.name) else "pass"
         return [sys.executable, "-c", code]
 
-    monkeypatch.setattr(sweep_module, "fit_command", fake_fit)
+    monkeypatch.setattr(sweep_run, "fit_command", fake_fit)
     args = (CONFIG, ["filter.strategy=none,top_p"])
     options = {"parallel": 1, "out": str(tmp_path), "name": "s"}
     assert sweep_module.run_sweep(*args, **options) == 1
     out = capsys.readouterr().out
     assert "FAILED  filter.strategy=top_p seed 0 (killed by SIGSEGV;" in out
     assert "1 finished, 0 already done, 1 failed" in out and "the same command again retries the failed runs" in out
+    crashed = tmp_path / "s" / "filter.strategy-top_p-seed0"
+    assert (crashed / sweep_run.FAILED_MARKER).read_text() == "killed by SIGSEGV\n"
     crash.clear()
     assert sweep_module.run_sweep(*args, **options) == 0
     assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out
-    log = (tmp_path / "s" / "filter.strategy-top_p-seed0" / "sweep.log").read_text()
+    log = (crashed / "sweep.log").read_text()
     assert log.count("$ ") == 2  # both attempts' commands, the crashed one first
+    assert not (crashed / sweep_run.FAILED_MARKER).exists() and (crashed / DONE_MARKER).is_file()
 
 
 @pytest.mark.parametrize(
@@ -435,9 +437,7 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
 def test_a_second_sweep_on_a_locked_folder_is_refused_and_a_killed_holder_leaves_no_lock(tmp_path, monkeypatch, capsys):
     """Another process holds the sweep folder's lock: the sweep is refused in one line naming it and starts nothing;
     once that process is killed the same command runs."""
-    from ragen_lit.analysis import sweep as sweep_module
-
-    monkeypatch.setattr(sweep_module, "fit_command", lambda spec, resume: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
     holder = subprocess.Popen(
         [
             sys.executable,

@@ -9,7 +9,7 @@ from pathlib import Path
 import mlflow
 from tests.training.small_fit import CONFIG, SMALL
 
-from ragen_lit.analysis.sweep import DONE_MARKER, LOG_NAME
+from ragen_lit.analysis.sweep_run import DONE_MARKER, LOG_NAME
 from ragen_lit.cli import main
 
 

@@ -12,6 +12,11 @@ and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved c
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
+The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its
+cores or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet
+done as one multirun of `ragen_lit.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
+run's attempts the same way (`sweep_run`).
+
 With several GPUs (`--devices`), every GPU runs every grid point about equally often and the points alternate in
 time (`device_queues`), so that no condition is one card's and differences between cards (speed, numerics) do not
 pose as differences between conditions.
@@ -30,25 +35,29 @@ import hashlib
 import itertools
 import os
 import re
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from ragen_lit.analysis.sweep_launchers import LOCAL, check_launcher, launcher_settings, multirun, split_settings
 from ragen_lit.analysis.sweep_lock import sweep_lock
-from ragen_lit.checkpoint_files import newest_checkpoint
+from ragen_lit.analysis.sweep_run import (
+    FAILED_MARKER,
+    LOG_NAME,
+    exit_reason,
+    fit_command,
+    outcome,
+    record_end,
+    start_attempt,
+    status,
+)
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 from ragen_lit.overrides import parse_overrides
-
-DONE_MARKER = "sweep_done"
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
-LOG_NAME = "sweep.log"
 
 
 @dataclass(frozen=True)
@@ -130,20 +139,6 @@ def write_run_config(spec: RunSpec, sweep: str, threads: int) -> Path:
     return path
 
 
-def status(spec: RunSpec) -> str:
-    """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
-    if (spec.folder / DONE_MARKER).is_file():
-        return "done"
-    if spec.folder.is_dir() and any(newest_checkpoint(run) for run in spec.folder.iterdir() if run.is_dir()):
-        return "resume"
-    return "new"
-
-
-def fit_command(spec: RunSpec, resume: bool) -> list[str]:
-    command = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(spec.folder / "config.yaml")]
-    return command + (["trainer.resume=last"] if resume else [])
-
-
 GPU_SHARED_FRACTION = 0.95
 """of a card's memory, split equally among the runs that share it (the rest: each process's CUDA context)"""
 
@@ -214,51 +209,28 @@ def check_devices(devices: list[str] | None, visible: int) -> None:
             )
 
 
-def _child_setup(cores: tuple[int, ...]) -> None:
-    """In the run's process before it starts: pin it to its cores, and (Linux) have it killed when the
-    sweep dies, so that a restarted sweep never races a run left over from the killed one."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
-    resume = status(spec) == "resume"
-    if not resume and spec.folder.exists():  # an attempt that never reached a checkpoint: start clean
-        for child in spec.folder.iterdir():  # but keep its log: why it failed is in there, the new attempt appends
-            if child.name not in ("config.yaml", LOG_NAME):
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-    # a GPU slot sees its GPU only; a CPU slot sees none (else `auto` would stack every CPU run on GPU 0)
+    """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
+    would stack every CPU run on GPU 0)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
-    command = fit_command(spec, resume)
+    placement = ["trainer.accelerator=cpu"]
     if slot.gpu is not None:
-        command += ["trainer.accelerator=gpu", "trainer.devices=1"]
+        placement = ["trainer.accelerator=gpu", "trainer.devices=1"]
         if slot.memory_share is not None and not spec.config.trainer.gpu_memory_fraction:  # a grid's own cap wins
-            command += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
+            placement += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
+    return start_attempt(spec.folder, placement, env, slot.cores)
+
+
+def report(spec: RunSpec, say=print) -> bool:
+    """Say how the run's last attempt ended, from its markers (`sweep_run.outcome`); whether it finished."""
+    finished, detail = outcome(spec.folder)
+    if finished:
+        say(f"done    {spec.point} seed {spec.seed} ({detail})")
+    elif detail is None:
+        say(f"FAILED  {spec.point} seed {spec.seed} (no end recorded: its job did not run to its end)")
     else:
-        command += ["trainer.accelerator=cpu"]
-    log = open(spec.folder / LOG_NAME, "a")  # noqa: SIM115 - closed when the process ends (`run_all`)
-    # a killed attempt may have left a progress bar without its final newline
-    log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
-    log.flush()
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=partial(_child_setup, slot.cores)
-    )
-    process.log = log  # type: ignore[attr-defined]
-    return process
-
-
-def exit_reason(returncode: int) -> str:
-    """`exit 1`, or for a run killed by a signal its name (`killed by SIGSEGV`; Popen gives -signal)."""
-    if returncode >= 0:
-        return f"exit {returncode}"
-    try:
-        return f"killed by {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
+        say(f"FAILED  {spec.point} seed {spec.seed} ({detail}; see {spec.folder / LOG_NAME})")
+    return finished
 
 
 def interleaved(pool: list[Slot]) -> list[Slot]:
@@ -288,7 +260,7 @@ def device_queues(specs: list[RunSpec], pool: list[Slot]) -> dict[str | None, li
 def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
     """Run every spec that is not done, at most one per slot at a time, each on its device (`device_queues`);
     returns counts per outcome."""
-    pending = [spec for spec in specs if status(spec) != "done"]
+    pending = [spec for spec in specs if status(spec.folder) != "done"]
     counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
     queues = device_queues(pending, pool)
     free = interleaved(pool)
@@ -305,15 +277,40 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
             spec, slot, started = running.pop(process)
             process.log.close()
             free.append(slot)
-            seconds = time.perf_counter() - started
-            if process.returncode == 0:
-                (spec.folder / DONE_MARKER).write_text(f"{seconds:.0f} s\n")
-                counts["finished"] += 1
-                say(f"done    {spec.point} seed {spec.seed} ({seconds:.0f} s)")
-            else:
-                counts["failed"] += 1
-                reason = exit_reason(process.returncode)
-                say(f"FAILED  {spec.point} seed {spec.seed} ({reason}; see {spec.folder / LOG_NAME})")
+            record_end(spec.folder, process.returncode, time.perf_counter() - started)
+            counts["finished" if report(spec, say) else "failed"] += 1
+    return counts
+
+
+def check_one_process(specs: list[RunSpec], launcher: str) -> None:
+    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
+    the job has tasks: a run over several devices or nodes is refused there, before any starts."""
+    if launcher != "submitit_slurm":
+        return
+    for spec in specs:
+        trainer = spec.config.trainer
+        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
+                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
+                "--print-commands, one srun per run"
+            )
+
+
+def run_launched(specs: list[RunSpec], sweep: Path, launcher: str, settings: list[str], say=print) -> dict[str, int]:
+    """Hand every spec that is not done to Hydra's `launcher` (one job each: `sweep_launchers.multirun`), wait for
+    them all and report each from its markers; returns counts per outcome."""
+    pending = [spec for spec in specs if status(spec.folder) != "done"]
+    counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
+    if not pending:
+        return counts
+    for spec in pending:  # an end an earlier launch recorded is not this one's
+        (spec.folder / FAILED_MARKER).unlink(missing_ok=True)
+    code, records = multirun(sweep, [spec.folder.name for spec in pending], launcher, settings)
+    for spec in pending:
+        counts["finished" if report(spec, say) else "failed"] += 1
+    if code:
+        say(f"the {launcher} launcher ended with {exit_reason(code)}; its records: {records}")
     return counts
 
 
@@ -328,54 +325,62 @@ def run_sweep(
     out: str | None = None,
     name: str | None = None,
     print_commands: bool = False,
+    launcher: str = LOCAL,
 ) -> int:
-    """Plan, write every run's config, then run them (or print their commands); 0 when all finished."""
+    """Plan, write every run's config, then run them on `launcher` (or print their commands); 0 when all finished.
+    `overrides` holds the grid and, for a Hydra launcher, its `hydra.launcher.<key>=<value>` settings."""
     if threads < 1:
         raise ConfigError(f"--threads-per-run {threads}: give at least 1")
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: give at least 1")
-    root = Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps"
+    grid, settings = split_settings(overrides)
+    check_launcher(launcher, settings, parallel=parallel, devices=devices, print_commands=print_commands)
+    root = (Path(out) if out else Path(load_config(config, []).logging.output_dir) / "sweeps").resolve()
     if name is not None and (name.strip() in ("", ".", "..") or any(c in name for c in "/\\\0")):
         raise ConfigError(f"--name {name!r}: give a plain folder name (no '/' or '\\'), made inside {root}")
-    name = name or sweep_name(config, overrides, seeds)
-    specs = plan(config, overrides, seeds, root, name)
-    if not print_commands:  # a launcher places printed commands itself
+    name = name or sweep_name(config, grid, seeds)
+    specs = plan(config, grid, seeds, root, name)
+    run = None  # --print-commands: a launcher of the user's own runs them
+    if launcher != LOCAL:
+        settings = launcher_settings(launcher, settings, parallel, threads, len(slots(None, threads, None)))
+        check_one_process(specs, launcher)
+        how = f"through Hydra's {launcher} launcher"
+        run = (partial(run_launched, sweep=root / name, launcher=launcher, settings=settings), how)
+    elif not print_commands:
         import torch
 
         check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
+        pool = slots(parallel, threads, devices)
+        run = (partial(run_all, pool=pool), f"{len(pool)} at a time")
     with sweep_lock(root / name):
-        return _run_locked(specs, name, root, seeds, parallel, threads, devices, print_commands)
+        return _run_locked(specs, name, root / name, seeds, threads, run)
 
 
 def _run_locked(
     specs: list[RunSpec],
     name: str,
-    root: Path,
+    folder: Path,
     seeds: int,
-    parallel: int | None,
     threads: int,
-    devices: list[str] | None,
-    print_commands: bool,
+    run: tuple[Callable[[list[RunSpec]], dict[str, int]], str] | None,
 ) -> int:
-    """`run_sweep` past its checks, under the sweep folder's lock."""
+    """`run_sweep` past its checks, under the sweep folder's lock: `run` runs the specs and says how (None: print
+    their commands)."""
     for spec in specs:
-        if status(spec) != "done":
+        if status(spec.folder) != "done":
             write_run_config(spec, name, threads)
-    if print_commands:
+    if run is None:
         for spec in specs:
-            print(" ".join(fit_command(spec, resume=False)))
+            print(" ".join(fit_command(spec.folder, resume=False)))
         return 0
-    pool = slots(parallel, threads, devices)
+    run_specs, how = run
     points = len({spec.point for spec in specs})
-    print(
-        f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {len(pool)} at a time, "
-        f"in {root / name}"
-    )
-    counts = run_all(specs, pool)
+    print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
+    counts = run_specs(specs)
     print(
         f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
-        f"compare them with: python -m ragen_lit compare {root / name}"
+        f"compare them with: python -m ragen_lit compare {folder}"
     )
     if counts["failed"]:
         print(f"sweep {name}: the same command again retries the failed runs (finished runs are skipped)")

@@ -1,0 +1,172 @@
+"""`sweep --launcher joblib|submitit_local|submitit_slurm`: a planned sweep's runs handed to Hydra's launcher plugins.
+
+`sweep` plans the grid, refuses a bad one, writes every run's `config.yaml` and holds the sweep folder's lock as it
+does for its own process pool (`--launcher local`, the default); then one Hydra multirun of `ragen_lit.sweep_app`
+(`multirun`) gets the runs not yet done, one job per run. A job's task decides resume or a clean start as the pool
+does, runs the `fit` as a child process writing to the run's `sweep.log`, and leaves the run's done or failed marker
+(`sweep_run`), from which `sweep` reports every run once the launcher returns.
+
+Launcher settings are Hydra's own words among the sweep's overrides, `hydra.launcher.<key>=<value>` (e.g.
+`hydra.launcher.partition=gpu hydra.launcher.timeout_min=1440`): they are checked against the plugin's config before
+any run starts (`launcher_settings`) and are not part of the grid, so they do not change the sweep's name.
+`--parallel` maps to joblib's `n_jobs` (default: CPU cores / `--threads-per-run`, as the pool) and to SLURM's
+`array_parallelism`; `--threads-per-run` to submitit's `cpus_per_task` unless it is set. The plugins are optional
+dependencies (`pip install 'ragen_lit[launchers]'`); a missing one is named before anything runs.
+
+A job is one process running one `fit` (one SLURM task): runs of several processes (`trainer.devices` > 1 under
+SLURM, several nodes) go to a cluster through `sweep --print-commands`, one `srun` each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ragen_lit.analysis.sweep_run import child_setup
+from ragen_lit.errors import ConfigError
+from ragen_lit.overrides import parse_overrides, quoted_value
+
+LOCAL = "local"
+PLUGINS = {
+    "joblib": "hydra_plugins.hydra_joblib_launcher",
+    "submitit_local": "hydra_plugins.hydra_submitit_launcher",
+    "submitit_slurm": "hydra_plugins.hydra_submitit_launcher",
+}
+"""the Hydra launcher plugin behind each `--launcher` name (the name is the plugin's `hydra/launcher` option)"""
+LAUNCHERS = (LOCAL, *PLUGINS)
+EXTRA = "pip install 'ragen_lit[launchers]'"
+RECORDS = "hydra"
+"""the folder in a sweep's folder that keeps each launch's Hydra and submitit records (`<sweep>/hydra/<time>/`)"""
+PARALLEL_KEY = {"joblib": "n_jobs", "submitit_slurm": "array_parallelism"}
+"""the plugin setting `--parallel` maps to (submitit_local starts every job at once: it has none)"""
+ONE_PROCESS = ("tasks_per_node", "nodes")
+"""submitit settings that would run a job's task, and with it the run's `fit`, several times at once"""
+
+
+def setting_key(word: str) -> str:
+    """`hydra.launcher.partition` of `hydra.launcher.partition=gpu` (and of `+hydra...`, `++hydra...`)."""
+    return word.split("=", 1)[0].lstrip("+~")
+
+
+def split_settings(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """(the grid: the sweep's overrides, the launcher settings: the words for Hydra, `hydra.<key>=...`)."""
+    settings = [word for word in overrides if setting_key(word).startswith(("hydra.", "hydra/"))]
+    return [word for word in overrides if word not in settings], settings
+
+
+def check_launcher(
+    launcher: str, settings: list[str], *, parallel: int | None, devices: list[str] | None, print_commands: bool
+) -> None:
+    """Refuse, in one line and before anything is written, a launcher this install lacks and flags that do not apply
+    to it."""
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"--launcher {launcher}: no such launcher; choose one of {', '.join(LAUNCHERS)}")
+    if launcher == LOCAL:
+        if settings:
+            raise ConfigError(
+                f"{settings[0]}: launcher settings are for Hydra's launchers; add --launcher "
+                f"{' or '.join(PLUGINS)}, or drop it"
+            )
+        return
+    if importlib.util.find_spec(PLUGINS[launcher]) is None:
+        raise ConfigError(f"--launcher {launcher} needs Hydra's {launcher} launcher plugin: {EXTRA}")
+    if print_commands:
+        raise ConfigError(
+            f"--print-commands prints the runs' commands for a launcher of your own; drop it or --launcher {launcher}"
+        )
+    if devices:
+        raise ConfigError(
+            f"--devices places runs on GPUs with --launcher local only; with --launcher {launcher} a run uses the GPUs "
+            "its job has (submitit: hydra.launcher.gpus_per_node=1)"
+        )
+    if parallel is not None and launcher not in PARALLEL_KEY:
+        raise ConfigError(
+            f"--parallel {parallel}: --launcher {launcher} starts every run at once; run N at a time with --launcher "
+            "local or joblib"
+        )
+    for word in settings:
+        if not setting_key(word).startswith("hydra.launcher."):
+            raise ConfigError(
+                f"{word}: the sweep sets Hydra's own settings and the launcher (--launcher); give launcher settings "
+                "only, hydra.launcher.<key>=<value>"
+            )
+
+
+def launcher_settings(launcher: str, settings: list[str], parallel: int | None, threads: int, cores: int) -> list[str]:
+    """The settings for Hydra: `settings` checked against the plugin's config (each key, its type, one value each),
+    with `--parallel` (default: `cores` runs for joblib) and `--threads-per-run` mapped onto the plugin's keys."""
+    defaults = _launcher_config(launcher, [])
+    given = {setting_key(word).split(".")[2] for word in settings}
+    for word in settings:
+        key = setting_key(word).split(".")[2]
+        if key not in defaults:
+            known = ", ".join(k for k in defaults if not k.startswith("_"))
+            raise ConfigError(f"{word}: the {launcher} launcher has no setting {key!r}; its settings: {known}")
+        (override,) = parse_overrides([word], sweeps=True)
+        if override.is_sweep_override():
+            raise ConfigError(
+                f"{word}: a launcher setting takes one value (a comma sweeps; quote a value that has one)"
+            )
+    mapped = []
+    key = PARALLEL_KEY.get(launcher)
+    if key in given and parallel is not None:
+        raise ConfigError(f"--parallel {parallel} and hydra.launcher.{key} set the same; give one")
+    if key is not None and key not in given and (parallel is not None or launcher == "joblib"):
+        mapped.append(f"hydra.launcher.{key}={parallel or cores}")
+    if launcher.startswith("submitit") and "cpus_per_task" not in given:
+        mapped.append(f"hydra.launcher.cpus_per_task={threads}")
+    config = _launcher_config(launcher, [*mapped, *settings])
+    for key in ONE_PROCESS:
+        if config.get(key, 1) != 1:
+            raise ConfigError(
+                f"hydra.launcher.{key}={config[key]}: a sweep's job is one process running one fit; run a grid of "
+                "runs over several processes or nodes with --print-commands, one srun each"
+            )
+    return [*mapped, *settings]
+
+
+def _launcher_config(launcher: str, settings: list[str]) -> dict:
+    """The plugin's `hydra.launcher` config with `settings` applied, as Hydra composes it; ConfigError naming the
+    setting it refuses."""
+    from hydra import compose, initialize
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize(version_base=None, config_path=None):
+            config = compose(overrides=[f"hydra/launcher={launcher}", *settings], return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as error:
+        lines = [str(error).splitlines()[0]] + ([str(error.__cause__).splitlines()[0]] if error.__cause__ else [])
+        raise ConfigError(f"--launcher {launcher}: {': '.join(lines)}") from None
+    return OmegaConf.to_container(config.hydra.launcher, resolve=False)
+
+
+def multirun_command(sweep: Path, runs: list[str], launcher: str, settings: list[str], records: Path) -> list[str]:
+    """`python -m ragen_lit.sweep_app --multirun ...`: one job per run folder name of `runs` in the folder `sweep`,
+    Hydra's records in `records` (a job's in `<records>/<run>/`)."""
+    return [
+        sys.executable,
+        "-m",
+        "ragen_lit.sweep_app",
+        "--multirun",
+        f"hydra/launcher={launcher}",
+        f"hydra.sweep.dir={quoted_value(str(records))}",
+        "hydra.sweep.subdir=${run}",
+        f"hydra.job.name={quoted_value(sweep.name)}",
+        f"sweep={quoted_value(str(sweep))}",
+        "run=" + ",".join(quoted_value(run) for run in runs),
+        *settings,
+    ]
+
+
+def multirun(sweep: Path, runs: list[str], launcher: str, settings: list[str]) -> tuple[int, Path]:
+    """Run the runs named `runs` of the sweep folder `sweep` through Hydra's `launcher` and wait for them all; (the
+    multirun's exit status, the folder of its records). The multirun dies with this process (`child_setup`); jobs it
+    already gave a cluster's queue stay there."""
+    records = sweep / RECORDS / time.strftime("%Y%m%d-%H%M%S")
+    command = multirun_command(sweep, runs, launcher, settings, records)
+    return subprocess.run(command, preexec_fn=child_setup, check=False).returncode, records

@@ -1,0 +1,128 @@
+"""One run of a planned sweep, known by its folder `<sweep>/<point>-seed<k>/` (its `config.yaml` written by `sweep`).
+
+Its state on disk: `done` once an attempt finished (the `sweep_done` marker, holding the attempt's wall time),
+`resume` while a complete checkpoint of any kind is in the folder (`trainer.resume=last`: a run stopped between its
+periodic checkpoint and its `last.ckpt` included), `new` otherwise. An attempt is one `python -m ragen_lit fit`
+process whose output is appended to the run's `sweep.log`: a new attempt first clears what a failed one left (its
+MLflow store, its run folder) but keeps `config.yaml` and the log, so the reason an attempt failed stays readable. An
+attempt that fails leaves the `sweep_failed` marker with its exit status or signal.
+
+The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
+attempts through the same functions, so both make the same resume-or-start-clean decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ragen_lit.checkpoint_files import newest_checkpoint
+from ragen_lit.errors import ConfigError
+
+DONE_MARKER = "sweep_done"
+FAILED_MARKER = "sweep_failed"
+LOG_NAME = "sweep.log"
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
+logger = logging.getLogger(__name__)  # a launcher's job log (Hydra's job logging)
+
+
+def status(folder: Path) -> str:
+    """`done` (finished under this sweep), `resume` (has a checkpoint) or `new`."""
+    if (folder / DONE_MARKER).is_file():
+        return "done"
+    if folder.is_dir() and any(newest_checkpoint(run) for run in folder.iterdir() if run.is_dir()):
+        return "resume"
+    return "new"
+
+
+def fit_command(folder: Path, resume: bool) -> list[str]:
+    command = [sys.executable, "-m", "ragen_lit", "fit", "--config", str(folder / "config.yaml")]
+    return command + (["trainer.resume=last"] if resume else [])
+
+
+def child_setup(cores: tuple[int, ...] | None = None) -> None:
+    """In a child process before it starts: pin it to `cores` (None: leave its CPUs alone), and (Linux) have it killed
+    when its parent dies, so that a restarted sweep never races a run left over from a killed one."""
+    if cores is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start_attempt(
+    folder: Path, placement: list[str], env: dict[str, str], cores: tuple[int, ...] | None = None
+) -> subprocess.Popen:
+    """Start the run's `fit`: resumed from its checkpoint, or afresh in a cleared folder; `placement` overrides follow
+    the run's own (e.g. `trainer.accelerator=cpu`). The process's `log` attribute is the open `sweep.log`, for the
+    caller to close once it ended."""
+    resume = status(folder) == "resume"
+    (folder / FAILED_MARKER).unlink(missing_ok=True)
+    if not resume and folder.exists():  # an attempt that never reached a checkpoint: start clean
+        for child in folder.iterdir():  # but keep its log: why it failed is in there, the new attempt appends
+            if child.name not in ("config.yaml", LOG_NAME):
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    command = fit_command(folder, resume) + placement
+    log = open(folder / LOG_NAME, "a")  # noqa: SIM115 - closed by the caller when the process ends
+    # a killed attempt may have left a progress bar without its final newline
+    log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
+    log.flush()
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=lambda: child_setup(cores)
+    )
+    process.log = log  # type: ignore[attr-defined]
+    return process
+
+
+def exit_reason(returncode: int) -> str:
+    """`exit 1`, or for a run killed by a signal its name (`killed by SIGSEGV`; Popen gives -signal)."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def record_end(folder: Path, returncode: int, seconds: float) -> None:
+    """An attempt's end on disk: the done marker with its wall time, or the failed marker with why it ended."""
+    if returncode == 0:
+        (folder / DONE_MARKER).write_text(f"{seconds:.0f} s\n")
+    else:
+        (folder / FAILED_MARKER).write_text(exit_reason(returncode) + "\n")
+
+
+def outcome(folder: Path) -> tuple[bool, str | None]:
+    """(whether the run finished, its wall time or why its last attempt failed); the text is None when no attempt
+    recorded an end."""
+    for finished, marker in ((True, DONE_MARKER), (False, FAILED_MARKER)):
+        if (folder / marker).is_file():
+            return finished, (folder / marker).read_text().strip()
+    return False, None
+
+
+def run_attempt(folder: Path) -> bool:
+    """One attempt at the run in `folder`, as a launcher's job makes it: nothing when the run is done already, else
+    its `fit` (resumed or afresh) waited for and its end recorded (`record_end`); whether the run is done."""
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"{folder}: no config.yaml; give a run folder of a sweep (`sweep` writes them)")
+    if status(folder) == "done":
+        logger.info(f"already done: {folder}")
+        return True
+    started = time.perf_counter()
+    process = start_attempt(folder, [], dict(os.environ))
+    try:
+        returncode = process.wait()
+    finally:
+        process.log.close()
+    record_end(folder, returncode, time.perf_counter() - started)
+    finished, detail = outcome(folder)
+    logger.info(f"{'done' if finished else 'FAILED'}: {folder} ({detail}; its log: {folder / LOG_NAME})")
+    return finished

@@ -1,0 +1,173 @@
+"""`sweep --launcher joblib|submitit_local|submitit_slurm`: refusals in one line before anything is written, the
+launcher settings Hydra gets, and sweeps through the real plugins (joblib on runs that fail fast; a 2 x 2 grid of
+tiny-model fits through submitit_local, run twice)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from tests.training.small_fit import CONFIG, SMALL
+
+from ragen_lit.analysis import sweep_launchers
+from ragen_lit.analysis.sweep_launchers import launcher_settings, multirun_command, split_settings
+from ragen_lit.analysis.sweep_run import DONE_MARKER, FAILED_MARKER, LOG_NAME
+from ragen_lit.cli import main
+
+
+def test_launcher_settings_are_not_part_of_the_grid():
+    grid, settings = split_settings(
+        ["filter.strategy=none,top_p", "hydra.launcher.partition=gpu", "+hydra.launcher.x=1", "trainer.iterations=2"]
+    )
+    assert grid == ["filter.strategy=none,top_p", "trainer.iterations=2"]
+    assert settings == ["hydra.launcher.partition=gpu", "+hydra.launcher.x=1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--launcher", "slurm"], "--launcher slurm: no such launcher; choose one of local, joblib, submitit_local, "),
+        (["hydra.launcher.n_jobs=2"], "hydra.launcher.n_jobs=2: launcher settings are for Hydra's launchers; add "),
+        (["--launcher", "joblib", "--devices", "0"], "--devices places runs on GPUs with --launcher local only"),
+        (["--launcher", "submitit_local", "--parallel", "2"], "--launcher submitit_local starts every run at once"),
+        (["--launcher", "joblib", "--print-commands"], "--print-commands prints the runs' commands for a launcher"),
+        (["--launcher", "joblib", "hydra.sweep.dir=x"], "hydra.sweep.dir=x: the sweep sets Hydra's own settings"),
+        (["--launcher", "joblib", "hydra/launcher=basic"], "hydra/launcher=basic: the sweep sets Hydra's own"),
+        (
+            ["--launcher", "joblib", "hydra.launcher.n_jobz=2"],
+            "hydra.launcher.n_jobz=2: the joblib launcher has no setting 'n_jobz'; its settings: n_jobs, backend,",
+        ),
+        (
+            ["--launcher", "submitit_slurm", "+hydra.launcher.partiton=gpu"],
+            "+hydra.launcher.partiton=gpu: the submitit_slurm launcher has no setting 'partiton'",
+        ),
+        (
+            ["--launcher", "joblib", "hydra.launcher.n_jobs=x"],
+            "--launcher joblib: Error merging override hydra.launcher.n_jobs=x: Value 'x' of type 'str' could not be "
+            "converted to Integer",
+        ),
+        (["--launcher", "submitit_slurm", "hydra.launcher.partition=a,b"], "a launcher setting takes one value"),
+        (
+            ["--launcher", "joblib", "--parallel", "2", "hydra.launcher.n_jobs=4"],
+            "--parallel 2 and hydra.launcher.n_jobs set the same; give one",
+        ),
+        (
+            ["--launcher", "submitit_slurm", "hydra.launcher.tasks_per_node=4"],
+            "hydra.launcher.tasks_per_node=4: a sweep's job is one process running one fit",
+        ),
+        (
+            ["--launcher", "submitit_slurm", "trainer.devices=1,2"],
+            "grid point 'trainer.devices=2': trainer.devices=2 trainer.num_nodes=1, but --launcher submitit_slurm "
+            "runs each run as one process",
+        ),
+        (["--launcher", "submitit_local", "filter.strategy=none,nope"], "filter.strategy='nope' is not allowed"),
+    ],
+)
+def test_a_launcher_that_does_not_apply_is_refused_in_one_line_before_anything_is_written(
+    tmp_path, capsys, args, message
+):
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
+def test_a_launcher_whose_plugin_is_not_installed_names_the_extra(tmp_path, capsys, monkeypatch, launcher):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        sweep_launchers.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name.startswith("hydra_plugins.") else real(name, *args),
+    )
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), "--launcher", launcher]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --launcher {launcher} needs Hydra's {launcher} launcher plugin: pip install 'ragen_lit[launchers]'\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("launcher", "settings", "parallel", "expected"),
+    [
+        ("joblib", [], None, ["hydra.launcher.n_jobs=6"]),  # as many at a time as the pool would run
+        ("joblib", [], 2, ["hydra.launcher.n_jobs=2"]),
+        ("joblib", ["hydra.launcher.n_jobs=3"], None, ["hydra.launcher.n_jobs=3"]),
+        ("submitit_local", [], None, ["hydra.launcher.cpus_per_task=4"]),
+        (
+            "submitit_slurm",
+            ["hydra.launcher.partition=gpu"],
+            8,
+            ["hydra.launcher.array_parallelism=8", "hydra.launcher.cpus_per_task=4", "hydra.launcher.partition=gpu"],
+        ),
+        ("submitit_slurm", ["hydra.launcher.cpus_per_task=16"], None, ["hydra.launcher.cpus_per_task=16"]),
+    ],
+)
+def test_parallel_and_threads_map_onto_the_plugins_settings(launcher, settings, parallel, expected):
+    assert launcher_settings(launcher, settings, parallel, threads=4, cores=6) == expected
+
+
+def test_the_multirun_reads_back_paths_and_names_of_any_characters(tmp_path):
+    """The sweep folder and the run names reach the app as the strings they are (Hydra's grammar, quoted)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweep = tmp_path / "a b, c='d'" / "s"
+    command = multirun_command(sweep, ["x-seed0", "y.z-seed1"], "joblib", ["hydra.launcher.n_jobs=2"], tmp_path / "r")
+    assert command[1:4] == ["-m", "ragen_lit.sweep_app", "--multirun"]
+    parsed = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(command[4:])}
+    assert parsed["sweep"].value() == str(sweep) and parsed["hydra.sweep.dir"].value() == str(tmp_path / "r")
+    jobs = OverridesParser.create().parse_overrides([f"run={v}" for v in parsed["run"].sweep_string_iterator()])
+    assert [job.value() for job in jobs] == ["x-seed0", "y.z-seed1"]  # each job's override, as Hydra's sweeper makes it
+    assert parsed["hydra/launcher"].value() == "joblib" and parsed["hydra.launcher.n_jobs"].value() == 2
+
+
+def test_joblib_runs_each_run_as_a_job_and_reports_the_ones_that_failed(tmp_path, capsys):
+    """Two runs whose fit refuses its model folder (exit 2, before any training): each job records its run's end,
+    the sweep reports both from their markers and fails; the runs' logs hold the fit's error."""
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--launcher", "joblib"]
+    assert main([*args, "model.path=/no/a,/no/b", "hydra.launcher.verbose=0"]) == 1
+    out = capsys.readouterr().out
+    assert "2 runs, through Hydra's joblib launcher" in out
+    sweep = tmp_path / "s"
+    for point, folder in (("model.path=/no/a", "model.path-noa-seed0"), ("model.path=/no/b", "model.path-nob-seed0")):
+        assert f"FAILED  {point} seed 0 (exit 2; see {sweep / folder / LOG_NAME})" in out
+        assert (sweep / folder / FAILED_MARKER).read_text() == "exit 2\n"
+        assert "no such folder" in (sweep / folder / LOG_NAME).read_text()
+    assert "0 finished, 0 already done, 2 failed" in out
+    (records,) = (sweep / "hydra").iterdir()  # Hydra's records of the launch, one folder per job
+    assert sorted(p.name for p in records.iterdir() if p.is_dir()) == ["model.path-noa-seed0", "model.path-nob-seed0"]
+
+
+def _tags(folder: Path) -> dict[str, str]:
+    mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlruns.db'}")
+    (row,) = mlflow.search_runs(experiment_names=["ragen_lit"]).to_dict("records")
+    assert row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 1
+    return {key: row[f"tags.{key}"] for key in ("sweep", "point", "seed")}
+
+
+@pytest.mark.slow
+def test_a_two_by_two_grid_runs_through_submitit_local_and_a_second_sweep_skips_it(tmp_path, capsys):
+    """2 grid points x 2 seeds of the tiny model, one iteration each, as four submitit jobs: every run finishes with
+    its MLflow tags and done marker; the same sweep again (with another launcher setting, which is not part of the
+    grid) finds the folder, skips all four and launches nothing."""
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--seeds", "2"]
+    args += ["--launcher", "submitit_local", "filter.strategy=none,top_p", *SMALL, "trainer.iterations=1"]
+    assert main(args) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "4 runs, through Hydra's submitit_local launcher" in out and "4 finished, 0 already done, 0 failed" in out
+    sweep = tmp_path / "s"
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != "hydra")
+    assert runs == [f"filter.strategy-{s}-seed{k}" for s in ("none", "top_p") for k in (0, 1)]
+    for name in runs:
+        point, seed = name.rsplit("-seed", 1)
+        assert (sweep / name / DONE_MARKER).is_file()
+        assert _tags(sweep / name) == {"sweep": "s", "point": point.replace("-", "=", 1), "seed": seed}
+        assert [line for line in (sweep / name / LOG_NAME).read_text().splitlines() if line.startswith("$ ")] == [
+            f"$ {sys.executable} -m ragen_lit fit --config {sweep / name}/config.yaml"
+        ]
+    assert main([*args, "hydra.launcher.timeout_min=30"]) == 0
+    assert "0 finished, 4 already done, 0 failed" in capsys.readouterr().out
+    assert len(list((sweep / "hydra").iterdir())) == 1  # the first launch's records only
