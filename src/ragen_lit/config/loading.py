@@ -183,6 +183,11 @@ def _omegaconf_message(err, schema, tree: dict) -> str:
             allowed = f"; keys of {parent} are: " + ", ".join(f.name for f in dataclasses.fields(node))
         return f"{key}: unknown key{allowed}"
     if isinstance(err, ValidationError):
+        from omegaconf import ListConfig, OmegaConf
+
+        given = OmegaConf.select(OmegaConf.create(tree), key, default=None)
+        if isinstance(OmegaConf.select(schema, key), ListConfig) and not isinstance(given, (list, ListConfig)):
+            return f"{key}={given!r} is not a list; give one in brackets, e.g. {key}=[{given}]"
         return f"{key}: {str(err).splitlines()[0]}"
     return f"{key}: {str(err).splitlines()[0]}"
 
