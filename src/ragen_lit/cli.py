@@ -164,9 +164,11 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
-    from ragen_lit.preflight import check_env
+    from ragen_lit.preflight import check_env, check_logger_packages
 
-    check_env(cfg)  # the same checks as `fit`: a printed config is one that `fit` accepts
+    # the same checks as `fit`: a printed config is one that `fit` accepts
+    check_logger_packages(cfg)
+    check_env(cfg)
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
     return 0
