@@ -151,17 +151,17 @@ def test_a_fit_logs_the_same_metrics_the_config_and_its_figures_to_every_logger(
     figures = {Path(f.path).stem for f in client.list_artifacts(run_id, "figures")}
     assert {"success", "kept_ratio_rv"} <= figures
 
-    # TensorBoard: the scalars, the figures as images, the config in hparams.yaml and in the HParams session
+    # TensorBoard: the scalars, the figures as images, the config in hparams.yaml and in the HParams dashboard's data
     events = _tensorboard(run_dir / "tensorboard")
     for key in keys:
         assert _scalars(events, key) == _rounded(mlflow[key]), key
     assert set(events.Tags()["images"]) == {f"figures/{name}" for name in figures}
     assert yaml.safe_load((run_dir / "tensorboard" / "hparams.yaml").read_text())["algo.name"] == "grpo"
-    session = HParamsPluginData.FromString(
+    hparams_data = HParamsPluginData.FromString(
         events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     ).session_start_info
-    assert session.hparams["algo.name"].string_value == "grpo"
-    assert session.hparams["rollout.groups"].number_value == 2
+    assert hparams_data.hparams["algo.name"].string_value == "grpo"
+    assert hparams_data.hparams["rollout.groups"].number_value == 2
 
     # CSV: a row per logged group of metrics, the config beside it
     hparams = yaml.safe_load((run_dir / "csv" / "version_0" / "hparams.yaml").read_text())

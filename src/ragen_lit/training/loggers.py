@@ -87,7 +87,7 @@ def make_extra_loggers(
 
 def log_summary(loggers: Sequence[Logger], summary: Mapping[str, float], config: Mapping[str, Any], step: int) -> None:
     """The end-of-run summary as `summary/*` metrics at `step` to every logger; TensorBoard takes them with the
-    flat `config` as an HParams session, so its HParams dashboard shows each run's config beside its results."""
+    flat `config` as hyperparameters, so its HParams dashboard shows each run's config beside its results."""
     metrics = {f"summary/{key}": value for key, value in summary.items()}
     for logger in loggers:
         if isinstance(logger, TensorBoardLogger):
