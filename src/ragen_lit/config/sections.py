@@ -321,9 +321,9 @@ class LoggingConfig:
     tracking_uri: str | None = None
     """MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db"""
     experiment: str = "ragen_lit"
-    """MLflow experiment name"""
+    """MLflow experiment name (and W&B project)"""
     run_name: str | None = None
-    """MLflow run name; default <env>-<algo>-<filter>"""
+    """MLflow (and W&B) run name; default <env>-<algo>-<filter>"""
     output_dir: str = "runs"
     """checkpoints, rollouts and the MLflow store go under this folder"""
     save_rollouts: bool = False
