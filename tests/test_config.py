@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
             "logging.loggers='mlflow' is not a list; give one in brackets, e.g. logging.loggers=[mlflow]",
         ),
         ("optim.betas=0.9", "optim.betas=0.9 is not a list; give one in brackets, e.g. optim.betas=[0.9]"),
+        ("logging.loggers=null", "logging.loggers: field 'logging.loggers' is not Optional"),
         ("logging.wandb_mode=on", "logging.wandb_mode='on' is not allowed; choose one of: offline, online"),
     ],
 )

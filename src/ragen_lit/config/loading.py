@@ -186,7 +186,8 @@ def _omegaconf_message(err, schema, tree: dict) -> str:
         from omegaconf import ListConfig, OmegaConf
 
         given = OmegaConf.select(OmegaConf.create(tree), key, default=None)
-        if isinstance(OmegaConf.select(schema, key), ListConfig) and not isinstance(given, (list, ListConfig)):
+        scalar = given is not None and not isinstance(given, (list, ListConfig))
+        if scalar and isinstance(OmegaConf.select(schema, key), ListConfig):
             return f"{key}={given!r} is not a list; give one in brackets, e.g. {key}=[{given}]"
         return f"{key}: {str(err).splitlines()[0]}"
     return f"{key}: {str(err).splitlines()[0]}"
