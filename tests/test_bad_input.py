@@ -51,6 +51,9 @@ CASES = {
     "gpu without cuda": (None, ["trainer.accelerator=gpu"], "trainer.accelerator=gpu"),
     "tracking uri scheme": (None, ["logging.tracking_uri=bogus://x"], "logging.tracking_uri='bogus://x'"),
     "empty experiment": (None, ["logging.experiment="], "logging.experiment=''"),
+    "unknown logger": (None, ["logging.loggers=[mlflow,neptune]"], "'neptune' is not allowed; choose from: mlflow"),
+    "loggers without mlflow": (None, ["logging.loggers=[tensorboard]"], "leaves out mlflow, the run's record"),
+    "yaml loggers not a list": ("logging:\n  loggers: csv\n", [], "logging.loggers='csv' is not a list"),
     "missing critic folder": (None, ["model.critic_path=/no/such/folder"], "model.critic_path='/no/such/folder'"),
     "vllm not installed": (None, ["rollout.engine=vllm"], "rollout.engine=vllm needs the vllm extra"),
     "context too short": (None, ["rollout.max_context_tokens=16"], "rollout.max_context_tokens=16"),
@@ -216,3 +219,24 @@ def test_a_generation_batch_the_memory_cannot_hold_names_the_batch_size(tmp_path
     )
     assert "holds 0.125 GiB of keys and values (float32)" in err and "at most rollout.max_batch_size=100 fits" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("logger, packages", [("tensorboard", ("tensorboard", "tensorboardX")), ("wandb", ("wandb",))])
+@pytest.mark.parametrize("command", ["fit", "config"])
+def test_a_logger_whose_package_is_missing_is_one_line_naming_its_extra(
+    logger, packages, command, tmp_path, monkeypatch, capsys
+):
+    """Checked before any model loads or folder is made, and by `config` too (a printed config is one `fit` takes)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in packages else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    code = main(
+        [command, "--config", CONF, f"logging.output_dir={tmp_path / 'out'}", f"logging.loggers=[mlflow,{logger}]"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: logging.loggers=['mlflow', '{logger}']: {logger} is not installed here; "
+        f"pip install 'ragen_lit[{logger}]'\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ragen_lit.cli import main
-from ragen_lit.config import Config, ConfigError, EnvConfig, ModelConfig, load_config, render_yaml
+from ragen_lit.config import Config, ConfigError, EnvConfig, LoggingConfig, ModelConfig, load_config, render_yaml
 from ragen_lit.envs import ENV_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +33,24 @@ ROOT = Path(__file__).resolve().parents[1]
         ("algo.overlong_cache_fraction=-0.1", "algo.overlong_cache_fraction=-0.1 is out of range; it must be >= 0.0"),
         ("algo.dynamic_sampling=maybe", "algo.dynamic_sampling"),
         ("optim.pad_to_multiple=-1", "optim.pad_to_multiple=-1 is out of range; it must be >= 0"),
+        (
+            "logging.loggers=[mlflow,tb]",
+            "logging.loggers=['mlflow', 'tb']: 'tb' is not allowed; choose from: mlflow, tensorboard, csv, wandb",
+        ),
+        ("logging.loggers=[mlflow,csv,csv]", "logging.loggers=['mlflow', 'csv', 'csv'] names csv twice"),
+        (
+            "logging.loggers=[wandb]",
+            "logging.loggers=['wandb'] leaves out mlflow, the run's record (run.json names its MLflow run; resume and "
+            "compare read it); keep it in the list: logging.loggers=[mlflow,wandb]",
+        ),
+        ("logging.loggers=[]", "logging.loggers=[] leaves out mlflow"),
+        (
+            "logging.loggers=mlflow",
+            "logging.loggers='mlflow' is not a list; give one in brackets, e.g. logging.loggers=[mlflow]",
+        ),
+        ("optim.betas=0.9", "optim.betas=0.9 is not a list; give one in brackets, e.g. optim.betas=[0.9]"),
+        ("logging.loggers=null", "logging.loggers: field 'logging.loggers' is not Optional"),
+        ("logging.wandb_mode=on", "logging.wandb_mode='on' is not allowed; choose one of: offline, online"),
     ],
 )
 def test_bad_overrides_name_key_value_and_allowed(override, message):
@@ -40,6 +58,20 @@ def test_bad_overrides_name_key_value_and_allowed(override, message):
         load_config(None, [override])
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_loggers_default_to_mlflow_and_take_the_others_in_any_order():
+    assert load_config(None).logging.loggers == ["mlflow"]
+    assert Config().logging.loggers is not Config().logging.loggers  # a list default is each config's own
+    chosen = load_config(None, ["logging.loggers=[csv,mlflow,wandb,tensorboard]"]).logging.loggers
+    assert chosen == ["csv", "mlflow", "wandb", "tensorboard"]
+
+
+def test_a_yaml_logger_that_is_not_a_list_names_the_key(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("logging:\n  loggers: wandb\n")
+    with pytest.raises(ConfigError, match=r"^logging.loggers='wandb' is not a list; give one in brackets"):
+        load_config(str(path))
 
 
 def test_padding_to_a_multiple_and_packing_without_padding_are_refused_together():
@@ -230,6 +262,9 @@ def test_choice_lists_have_one_source():
     assert field_choices(ModelConfig, "attention") is choices.ATTENTION_IMPLEMENTATIONS
     assert set(field_choices(ModelConfig, "dtype")) == {"auto", *models.DTYPES}
     assert tuple(MASKED_ATTENTION) == choices.MASKED_ATTENTION_KERNELS
+    logging_fields = {f.name: f.metadata for f in dataclasses.fields(LoggingConfig)}
+    assert logging_fields["loggers"]["items"] is choices.LOGGERS
+    assert logging_fields["wandb_mode"]["choices"] is choices.WANDB_MODES
 
 
 def test_env_name_doc_lists_every_registered_env():

@@ -55,25 +55,27 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     else:
         os.environ[_RUN_DIR_ENV] = str(run_dir)
     try:
-        return _fit(cfg, run_dir, ckpt_path, info, changes, started)
+        return _fit(cfg, run_dir, ckpt_path, info, changes, started, verbose)
     finally:
         if not inherited:
             os.environ.pop(_RUN_DIR_ENV, None)
 
 
 def _fit(
-    cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float
+    cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float, verbose: bool
 ) -> dict[str, float]:
     import lightning as L
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
+    from ragen_lit.config import flat_dict
     from ragen_lit.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
+    from ragen_lit.training.loggers import close_extra_loggers, log_summary, make_extra_loggers, where_logged
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
@@ -83,21 +85,26 @@ def _fit(
     module = AgentRLModule(cfg)
     data = RolloutDataModule(cfg, run_dir)
     logger = make_logger(cfg, run_dir, info)
+    extra = make_extra_loggers(cfg, run_dir, logger.run_id, ckpt_path is not None, verbose)
+    config = {**flat_dict(cfg), "model.resolved_path": module.model_path}
     rank_zero = rank_zero_only.rank == 0
-    trainer = None
+    trainer, logged_at = None, []
     try:
         if rank_zero:
-            if not info:
-                logger.log_hyperparams({"model.resolved_path": module.model_path})
+            # MLflow's params are written once, by the run's first process (they cannot change); the other loggers
+            # take the config each process follows
+            for each in extra if info.get("mlflow_run_id") else [logger, *extra]:
+                each.log_hyperparams(config)
             write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
         iteration_logger, validation = IterationLogger(started), ValidationRollouts()
         run_figures = RunFigures(iteration_logger, validation)
         checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
         callbacks = [iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints]
-        trainer = _trainer(cfg, run_dir, logger, [*callbacks, run_figures])
+        trainer = _trainer(cfg, run_dir, [logger, *extra], [*callbacks, run_figures])
         if trainer.is_global_zero:
             print(describe_run(cfg, trainer, run_dir), flush=True)
+            logged_at = where_logged(extra)
             # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
             logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
             if not info:  # what a new run is made from: the code's commit and the weights it starts from
@@ -107,11 +114,14 @@ def _fit(
         # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
         summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
         if rank_zero:
-            logger.log_metrics({f"summary/{k}": v for k, v in summary.items()}, step=trainer.current_epoch)
+            log_summary(trainer.loggers, summary, config, step=trainer.current_epoch)
             logger.experiment.log_dict(logger.run_id, summary, "summary.json")
+            close_extra_loggers(extra, succeeded=True)
             record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
     except BaseException as err:
         fault = machine_fault(err, logger._tracking_uri)
+        if rank_zero:
+            close_extra_loggers(extra, succeeded=False)
         refused = logger.close("FAILED") if rank_zero else None  # Lightning closed it already if it was in training
         if fault is None:
             raise
@@ -123,10 +133,12 @@ def _fit(
             raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
         print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+        for line in logged_at:
+            print(line)
     return summary
 
 
-def _trainer(cfg: Config, run_dir: Path, logger, callbacks: list):
+def _trainer(cfg: Config, run_dir: Path, loggers: list, callbacks: list):
     import lightning as L
 
     from ragen_lit.parallel.strategy import choose_strategy
@@ -140,7 +152,7 @@ def _trainer(cfg: Config, run_dir: Path, logger, callbacks: list):
         strategy=choose_strategy(cfg),
         precision=cfg.trainer.precision,
         plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
-        logger=logger,
+        logger=loggers,
         callbacks=callbacks,
         reload_dataloaders_every_n_epochs=1,
         enable_progress_bar=False,
@@ -164,9 +176,11 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
-    from ragen_lit.preflight import check_env
+    from ragen_lit.preflight import check_env, check_logger_packages
 
-    check_env(cfg)  # the same checks as `fit`: a printed config is one that `fit` accepts
+    # the same checks as `fit`: a printed config is one that `fit` accepts
+    check_logger_packages(cfg)
+    check_env(cfg)
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
     return 0

@@ -1,5 +1,6 @@
-"""The checks `fit` and `warm-start` make before any folder, MLflow store or model exists: installed packages, devices,
-memory, local paths, the model's shape and the environment's options. A mistake ends in one line and writes nothing."""
+"""The checks `fit` and `warm-start` make before any folder, MLflow store or model exists: installed packages (the
+rollout engine's, the loggers'), devices, memory, local paths, the model's shape and the environment's options. A
+mistake ends in one line and writes nothing."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def preflight(cfg: Config) -> None:
         from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
 
         raise ConfigError(VLLM_EXTRA_MESSAGE)
+    check_logger_packages(cfg)
     if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
@@ -33,6 +35,24 @@ def preflight(cfg: Config) -> None:
             raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
     check_machine(cfg)
     check_env(cfg)
+
+
+# the loggers of `logging.loggers` that need a package MLflow's install lacks: the packages (any one serves), each
+# logger's name being the extra that installs them
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
+
+
+def check_logger_packages(cfg: Config) -> None:
+    """Each logger `logging.loggers` names has its package installed; a missing one is one line naming its extra."""
+    import importlib.util
+
+    for name in cfg.logging.loggers:
+        packages = LOGGER_PACKAGES.get(name, ())
+        if packages and all(importlib.util.find_spec(package) is None for package in packages):
+            raise ConfigError(
+                f"logging.loggers={cfg.logging.loggers!r}: {name} is not installed here; "
+                f"pip install 'ragen_lit[{name}]'"
+            )
 
 
 def _looks_local(path: str) -> bool:

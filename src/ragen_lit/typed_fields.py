@@ -21,7 +21,10 @@ from ragen_lit.errors import ConfigError
 
 def checked(default: Any, **rules: Any) -> Any:
     """A field default with the checks `check_fields` applies: `choices=(...)`, bounds `ge`/`gt`/`le`/`lt`,
-    and `auto_or_ge=n` (0 means auto, any other value must be >= n)."""
+    `auto_or_ge=n` (0 means auto, any other value must be >= n) and, for a list, `items=(...)` (each item one of
+    these, none twice). A list default is copied for every instance."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=rules)
     return field(default=default, metadata=rules)
 
 
@@ -67,6 +70,8 @@ def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:
             continue
         if "choices" in rules and value not in rules["choices"]:
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, rules['choices']))}")
+        if "items" in rules:
+            _check_items(value, rules["items"], key)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         if isinstance(value, float) and not math.isfinite(value):
@@ -76,3 +81,12 @@ def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:
                 raise ConfigError(f"{key}={value!r} is out of range; it must be {sign} {rules[name]}")
         if "auto_or_ge" in rules and 0 < value < rules["auto_or_ge"]:
             raise ConfigError(f"{key}={value} must be 0 (auto) or >= {rules['auto_or_ge']}")
+
+
+def _check_items(value: list, allowed: tuple, key: str) -> None:
+    """Each item of the list `value` is one of `allowed`, and none comes twice."""
+    for i, item in enumerate(value):
+        if item not in allowed:
+            raise ConfigError(f"{key}={value!r}: {item!r} is not allowed; choose from: {', '.join(map(str, allowed))}")
+        if item in value[:i]:
+            raise ConfigError(f"{key}={value!r} names {item} twice; list each once")

@@ -86,6 +86,12 @@ def validate(cfg: Config) -> Config:
             )
     if not cfg.logging.experiment.strip():
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
+    loggers = cfg.logging.loggers
+    if "mlflow" not in loggers:
+        raise ConfigError(
+            f"logging.loggers={loggers!r} leaves out mlflow, the run's record (run.json names its MLflow run; resume "
+            f"and compare read it); keep it in the list: logging.loggers=[{','.join(['mlflow', *loggers])}]"
+        )
     if len(cfg.optim.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.optim.betas):
         raise ConfigError(f"optim.betas={cfg.optim.betas!r} must be two numbers in [0, 1)")
     if cfg.optim.padding_free and cfg.optim.pad_to_multiple > 1:

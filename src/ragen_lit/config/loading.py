@@ -210,6 +210,12 @@ def _omegaconf_message(err, schema, tree: dict) -> str:
             allowed = f"; keys of {parent} are: " + ", ".join(f.name for f in dataclasses.fields(node))
         return f"{key}: unknown key{allowed}"
     if isinstance(err, ValidationError):
+        from omegaconf import ListConfig, OmegaConf
+
+        given = OmegaConf.select(OmegaConf.create(tree), key, default=None)
+        scalar = given is not None and not isinstance(given, (list, ListConfig))
+        if scalar and isinstance(OmegaConf.select(schema, key), ListConfig):
+            return f"{key}={given!r} is not a list; give one in brackets, e.g. {key}=[{given}]"
         return f"{key}: {str(err).splitlines()[0]}"
     return f"{key}: {str(err).splitlines()[0]}"
 

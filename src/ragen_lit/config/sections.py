@@ -15,11 +15,13 @@ from ragen_lit.choices import (
     HF_CACHE_MODES,
     KEEP_RATE_SCALINGS,
     KL_ESTIMATORS,
+    LOGGERS,
     LOSS_AGG_MODES,
     LR_DECAYS,
     SCORER_ATTENTION,
     SCORES,
     STRATEGIES,
+    WANDB_MODES,
 )
 from ragen_lit.choices import PRESETS as ALGO_PRESETS
 from ragen_lit.typed_fields import checked
@@ -319,15 +321,23 @@ class LoggingConfig:
     tracking_uri: str | None = None
     """MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db"""
     experiment: str = "ragen_lit"
-    """MLflow experiment name"""
+    """MLflow experiment name (and W&B project)"""
     run_name: str | None = None
-    """MLflow run name; default <env>-<algo>-<filter>"""
+    """MLflow (and W&B) run name; default <env>-<algo>-<filter>"""
     output_dir: str = "runs"
     """checkpoints, rollouts and the MLflow store go under this folder"""
     save_rollouts: bool = False
     """write every iteration's rollouts as JSONL (prompt, reasoning, group) for `diagnose`"""
     tags: dict = field(default_factory=dict)
     """MLflow tags of the run (`sweep` sets sweep, point and seed)"""
+    loggers: list[str] = checked(["mlflow"], items=LOGGERS)
+    """where the metrics, the config and the end-of-run figures go, e.g. [mlflow, tensorboard]: mlflow (always
+    listed: the run's record, which resume and compare read) | tensorboard (<run folder>/tensorboard; pip install
+    'ragen_lit[tensorboard]') | csv (<run folder>/csv/version_<n>, one version per process of the run; no figures) |
+    wandb (<run folder>/wandb, project logging.experiment; pip install 'ragen_lit[wandb]')"""
+    wandb_mode: str = checked("offline", choices=WANDB_MODES)
+    """wandb: offline (written to the run folder only; `wandb sync <folder>` uploads it later) | online (streamed to
+    the W&B server; needs `wandb login`)"""
 
 
 @dataclass

@@ -71,7 +71,10 @@ def run_device(trainer, weights) -> str:
 
 
 def describe_run(cfg, trainer, run_dir) -> str:
-    """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder."""
+    """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder, and the
+    folders in it that the loggers besides MLflow write to."""
+    from ragen_lit.training.loggers import logger_folder
+
     f = cfg.filter
     selection = "no filter" if f.strategy == "none" else f"filter {f.strategy} {f.value:g}"
     if cfg.model.path:
@@ -84,7 +87,10 @@ def describe_run(cfg, trainer, run_dir) -> str:
     if trainer.world_size > 1:
         device += f", {trainer.world_size} processes"
     r = cfg.rollout
+    folders = [f"{folder.relative_to(run_dir)}/" for folder in map(logger_folder, trainer.loggers) if folder]
+    also = f" (logs also in {', '.join(folders)})" if folders else ""
     return (
         f"fit: {cfg.env.name} | {cfg.algo.name}, {selection} | model {model} | {device} | "
         f"{cfg.trainer.iterations} iterations x {r.groups} prompts x {r.group_size} rollouts | run folder {run_dir}"
+        f"{also}"
     )

@@ -1,4 +1,5 @@
-"""The run's own curves as PNG artifacts under `figures/` of its MLflow run, drawn at the end of `fit`.
+"""The run's own curves, drawn at the end of `fit` as PNG files: artifacts under `figures/` of its MLflow run, and
+images `figures/<name>` in TensorBoard and W&B where `logging.loggers` names them (a CSV file takes no picture).
 
 The numbers come from what the callbacks kept in memory (`IterationLogger.history`, `ValidationRollouts.results`),
 the drawing from `ragen_lit.figures`, the same pictures `compare` draws for many runs. A figure whose metrics the
@@ -14,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
+from matplotlib import image
 from matplotlib.figure import Figure
 
 from ragen_lit import figures
@@ -103,24 +105,37 @@ def draw_run_figures(
     return written
 
 
+def log_figure(logger: Logger, path: Path, step: int) -> None:
+    """The figure file `path` to `logger`: an MLflow artifact under `figures/`, a TensorBoard or W&B image
+    `figures/<name>` at `step`; other loggers take none."""
+    tag = f"{ARTIFACT_DIR}/{path.stem}"
+    if isinstance(logger, MLFlowLogger):
+        logger.experiment.log_artifact(logger.run_id, str(path), ARTIFACT_DIR)
+    elif isinstance(logger, TensorBoardLogger):
+        logger.experiment.add_image(tag, image.imread(path), step, dataformats="HWC")
+        logger.experiment.flush()
+    elif isinstance(logger, WandbLogger):
+        logger.log_image(tag, [str(path)], step=step)
+
+
 class RunFigures(L.Callback):
-    """At the end of training, on global rank zero, logs the run's figures to every MLflow logger."""
+    """At the end of training, on global rank zero, logs the run's figures to every logger that takes them, at the
+    last iteration."""
 
     def __init__(self, iteration_logger: IterationLogger, validation: ValidationRollouts):
         self.iteration_logger = iteration_logger
         self.validation = validation
 
     def on_train_end(self, trainer, module):
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
-        if not (trainer.is_global_zero and loggers):
+        if not (trainer.is_global_zero and trainer.loggers):
             return
         with tempfile.TemporaryDirectory() as tmp:
             files = draw_run_figures(
                 self.iteration_logger.history, self.validation.results, default_run_name(module.cfg), Path(tmp)
             )
-            for logger in loggers:
+            for logger in trainer.loggers:
                 for path in files:
                     try:
-                        logger.experiment.log_artifact(logger.run_id, str(path), ARTIFACT_DIR)
-                    except Exception as err:  # an unreachable artifact store must not fail a finished run
+                        log_figure(logger, path, trainer.current_epoch)
+                    except Exception as err:  # an unreachable store or a full disk must not fail a finished run
                         rank_zero_warn(f"run figure {path.name} not logged: {type(err).__name__}: {err}")

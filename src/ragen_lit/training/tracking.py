@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ragen_lit.checkpoint_files import is_sharded_checkpoint, newest_checkpoint, recency
-from ragen_lit.config import Config, ConfigError, flat_dict, to_dict
+from ragen_lit.config import Config, ConfigError, to_dict
 
 STORE_NAME = "mlruns.db"
 """The default MLflow store: an sqlite file in `logging.output_dir`."""
@@ -33,6 +33,8 @@ RUNTIME_KEYS = (
     "trainer.timeout_minutes",
     "trainer.checkpoint_every",
     "logging.save_rollouts",
+    "logging.loggers",
+    "logging.wandb_mode",
 )
 # a resume may change them without `trainer.resume_allow_changes` (recorded all the same)
 EXTENDING_KEYS = ("trainer.iterations",)
@@ -125,6 +127,7 @@ def ensure_experiment(cfg: Config) -> None:
 
 
 def make_logger(cfg: Config, run_dir: Path, info: dict):
+    """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.training.run_logger import RunLogger
@@ -138,9 +141,8 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
         run_id=info.get("mlflow_run_id"),
         tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
-    if not info.get("mlflow_run_id"):
-        logger.log_hyperparams(flat_dict(cfg))
-    elif rank_zero_only.rank == 0:  # a resumed run runs again, whatever its last process left it as
+    if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
+        # a resumed run runs again, whatever its last process left it as
         logger.experiment.update_run(logger.run_id, status="RUNNING")
     return logger
 

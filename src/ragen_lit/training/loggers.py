@@ -1,0 +1,138 @@
+"""The Lightning loggers `logging.loggers` adds beside MLflow's `RunLogger` (the run's record), each writing inside the
+run folder, so that a resumed run goes on where it wrote before. The callbacks log every metric to each of them;
+`fit` gives each the resolved config at the start of every process, and the end-of-run summary (`log_summary`);
+`RunFigures` gives those that take pictures the run's figures.
+
+- tensorboard, `<run folder>/tensorboard/` (`tensorboard --logdir` it): the metrics as scalars, the config in
+  hparams.yaml and, with the end-of-run summary, in the HParams dashboard, the figures as images. A resumed process
+  purges what earlier processes wrote from its first step on (TensorBoard's `purge_step`): the iterations a kill left
+  logged past the checkpoint are run again and show once.
+- csv, `<run folder>/csv/version_<n>/`: metrics.csv (one row per logged group of metrics: its step and a column per
+  key) and hparams.yaml (the config); no figures. Each process of a run writes the next version, a resumed one from
+  the iteration after its checkpoint: where two versions hold a step, the later one's values are the run's.
+- wandb, `<run folder>/wandb/`: project `logging.experiment`, the run's name, and the MLflow run's id as its id, so
+  every process of a run logs to one W&B run (`resume="allow"`); offline unless `logging.wandb_mode=online` (`wandb
+  sync <folder>` uploads an offline run). The steps are the iterations, W&B's x-axis `trainer/global_step`
+  (Lightning's name for it); an iteration run again after a kill is logged again.
+
+TensorBoard and CSV write a metric to disk as it is logged, as MLflow does, so a kill loses none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+
+from ragen_lit.config import Config
+from ragen_lit.training.tracking import default_run_name
+
+TENSORBOARD_FOLDER = "tensorboard"
+CSV_FOLDER = "csv"
+
+
+class RunTensorBoardLogger(TensorBoardLogger):
+    """TensorBoard in `<run_dir>/tensorboard`, one folder for every process of the run, flushed at every call.
+    `resumed`: the first step this process logs purges the events earlier processes wrote at it and after."""
+
+    def __init__(self, run_dir: Path, resumed: bool):
+        super().__init__(run_dir, name="", version=TENSORBOARD_FOLDER, default_hp_metric=False)
+        self._purge_from_first_step = resumed
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self._purge_from_first_step and step is not None:
+            self._purge_from_first_step = False
+            # the writer Lightning opened at setup holds no metric yet; the one that replaces it (Lightning's logger
+            # makes it with these keyword arguments) starts its file with the purge
+            self.experiment.close()
+            self._experiment = None
+            self._kwargs["purge_step"] = step
+        super().log_metrics(metrics, step)
+        self.experiment.flush()
+
+
+def _wandb_logger(cfg: Config, run_dir: Path, run_id: str | None, verbose: bool) -> WandbLogger:
+    logger = WandbLogger(
+        name=default_run_name(cfg),
+        save_dir=str(run_dir),
+        id=run_id,
+        project=cfg.logging.experiment,
+        mode=cfg.logging.wandb_mode,  # wandb.init's `mode` wins over WANDB_MODE
+        settings={"silent": not verbose},  # its banner, sparklines and sync advice; `fit` says where the run is
+    )
+    # Lightning passes wandb.init `anonymous=None`, which wandb answers with a warning that it has no effect
+    logger._wandb_init.pop("anonymous", None)
+    return logger
+
+
+def make_extra_loggers(
+    cfg: Config, run_dir: Path, run_id: str | None, resumed: bool, verbose: bool = False
+) -> list[Logger]:
+    """The loggers `logging.loggers` names besides mlflow, in its order. `run_id`: the MLflow run's (W&B's id);
+    `resumed`: this process continues the run from a checkpoint; `verbose`: W&B prints its own console lines."""
+    made: list[Logger] = []
+    for name in cfg.logging.loggers:
+        if name == "tensorboard":
+            made.append(RunTensorBoardLogger(run_dir, resumed))
+        elif name == "csv":
+            made.append(CSVLogger(run_dir, name=CSV_FOLDER, flush_logs_every_n_steps=1))
+        elif name == "wandb":
+            made.append(_wandb_logger(cfg, run_dir, run_id, verbose))
+    return made
+
+
+def log_summary(loggers: Sequence[Logger], summary: Mapping[str, float], config: Mapping[str, Any], step: int) -> None:
+    """The end-of-run summary as `summary/*` metrics at `step` to every logger; TensorBoard takes them with the
+    flat `config` as hyperparameters, so its HParams dashboard shows each run's config beside its results."""
+    metrics = {f"summary/{key}": value for key, value in summary.items()}
+    for logger in loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(dict(config), metrics=metrics, step=step)
+        else:
+            logger.log_metrics(metrics, step=step)
+
+
+def close_extra_loggers(loggers: Sequence[Logger], succeeded: bool) -> None:
+    """Write out and close the extra loggers' files (Lightning closed them after training; the summary opened
+    TensorBoard's again) and finish the W&B run, marked failed unless `succeeded`. After a failure a logger that
+    cannot close only warns: the error that stopped the run is the one to report."""
+    for logger in loggers:
+        try:
+            logger.finalize("success" if succeeded else "failed")
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                wandb.finish(exit_code=0 if succeeded else 1)
+        except Exception as err:
+            if succeeded:
+                raise
+            rank_zero_warn(f"{type(logger).__name__} not closed: {type(err).__name__}: {err}")
+
+
+def logger_folder(logger: Logger) -> Path | None:
+    """The folder an extra logger writes this process's records to (rank zero); None for MLflow's."""
+    if isinstance(logger, (TensorBoardLogger, CSVLogger)):
+        return Path(logger.log_dir)
+    if isinstance(logger, WandbLogger):
+        return Path(logger.experiment.settings.sync_dir)
+    return None
+
+
+def where_logged(loggers: Sequence[Logger]) -> list[str]:
+    """One line per extra logger for the end of `fit`: where its records are and how to look at them."""
+    lines = []
+    for logger in loggers:
+        folder = logger_folder(logger)
+        if isinstance(logger, TensorBoardLogger):
+            lines.append(f"TensorBoard: tensorboard --logdir {folder}")
+        elif isinstance(logger, CSVLogger):
+            lines.append(f"CSV: {folder / 'metrics.csv'} (config: {folder / 'hparams.yaml'})")
+        elif isinstance(logger, WandbLogger) and logger.experiment.offline:
+            lines.append(f"W&B (offline): {folder} (upload it with: wandb sync {folder})")
+        elif isinstance(logger, WandbLogger):
+            lines.append(f"W&B: {logger.experiment.url} (local copy: {folder})")
+    return lines
