@@ -8,9 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from scipy.stats import norm
-from scipy.stats import t as student_t
+from statistics import NormalDist
 
 
 @dataclass(frozen=True)
@@ -75,6 +73,8 @@ def welch_difference(a: Sequence[float], b: Sequence[float], confidence: float =
     if se == 0.0:
         return Difference(delta, delta, delta, math.inf, confidence)
     df = (va + vb) ** 2 / (va**2 / (sa.n - 1) + vb**2 / (sb.n - 1))
+    from scipy.stats import t as student_t  # Student's t quantile: not in the standard library
+
     half = float(student_t.ppf((1 + confidence) / 2, df)) * se
     return Difference(delta, delta - half, delta + half, df, confidence)
 
@@ -85,7 +85,7 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     approximation it stays inside [0, 1] and is not empty at k = 0 or k = n. NaN for n = 0."""
     if n == 0:
         return math.nan, math.nan
-    z = float(norm.ppf((1 + confidence) / 2))
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
     p = k / n
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
