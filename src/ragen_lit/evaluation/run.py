@@ -17,7 +17,7 @@ report holds every number and each seed's successes.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ragen_lit.config import Config, load_config
@@ -25,6 +25,8 @@ from ragen_lit.config.loading import load_saved_config
 from ragen_lit.config.sections import MAX_SEED
 from ragen_lit.errors import ConfigError
 from ragen_lit.typed_fields import check_fields, checked, flag
+
+ONE_PROCESS = {"devices": 1, "num_nodes": 1, "strategy": "auto"}
 
 
 @dataclass
@@ -109,6 +111,8 @@ def evaluation_configs(configs: list[str], overrides: list[str], model: str) -> 
         loaded = [(load_config(None, overrides), "defaults")]
     if run_json is not None:
         loaded = [(with_run_model(cfg, model), where) for cfg, where in loaded]
+    # one process on one device, whatever the run was trained on (the machine check then asks for one device only)
+    loaded = [(replace(cfg, trainer=replace(cfg.trainer, **ONE_PROCESS)), where) for cfg, where in loaded]
     first, first_where = loaded[0]
     for cfg, where in loaded[1:]:
         for key in ("model", "trainer.accelerator"):
