@@ -3,8 +3,9 @@ checkpoint) or one checkpoint, a model folder, a hub id or a preset name.
 
 A run's policy is the checkpoint's weights on the base model the run started from (`checkpoints.load_trained_policy`;
 a LoRA run's adapters merged in); anything else loads as `fit` loads its policy (`models.load_policy`, the config's
-`model.dtype` and `model.attention`). `EvaluatedPolicy` is what `RolloutDataModule.run_rollouts` needs of a module,
-so evaluation episodes run through the same engine and rollout loop as `fit`'s validation.
+`model.dtype` and `model.attention`). Either is compiled where `fit` compiles its policy (`model.compile`).
+`EvaluatedPolicy` is what `RolloutDataModule.run_rollouts` needs of a module, so evaluation episodes run through the
+same engine and rollout loop as `fit`'s validation.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def with_run_model(cfg: Config, model: str) -> Config:
 
 def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> EvaluatedPolicy:
     """Load `model` for `cfg` (whose model section already names it: `model_overrides` / `with_run_model`)."""
-    from ragen_lit.models import load_policy, load_tokenizer
+    from ragen_lit.models import compile_layers, layer_units, load_policy, load_tokenizer, resolve_compile
     from ragen_lit.presets import resolve_model_path
 
     if is_run_or_checkpoint(model):
@@ -93,4 +94,8 @@ def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> Eval
     except ValueError as err:
         raise ConfigError(f"{MODEL_FLAG} {model!r}: {err}") from None
     policy = policy.to(device).eval()
+    # compiled as `fit` compiles its policy (`AgentRLModule.configure_model`): the same kernels, so on a GPU too the
+    # episodes are sampled as the run's validation sampled them
+    if resolve_compile(cfg.model.compile, cfg.trainer.accelerator) and (cfg.model.compile or layer_units(policy)):
+        compile_layers(policy)
     return EvaluatedPolicy(policy, chat, int(tokenizer.pad_token_id), model_path, device, description, iteration)
