@@ -240,3 +240,34 @@ def test_a_logger_whose_package_is_missing_is_one_line_naming_its_extra(
         f"pip install 'ragen_lit[{logger}]'\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_wandb_online_without_a_login_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    """No API key here (an empty home, no WANDB_API_KEY, no terminal to ask on): refused before any model loads."""
+    import wandb
+
+    wandb.teardown()  # a login earlier in this process would still count
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    out = tmp_path / "out"
+    online = ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online", f"logging.output_dir={out}"]
+    assert main(["fit", "--config", CONF, *online]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: logging.wandb_mode=online: ") and err.count("\n") == 1, err
+    assert "wandb login" in err and "logging.wandb_mode=offline" in err
+    assert not out.exists()
+
+
+def test_wandb_online_with_a_key_passes_the_check(tmp_path, monkeypatch):
+    """A configured key is enough: the check does not ask the server (no network here)."""
+    from ragen_lit.config import load_config
+    from ragen_lit.preflight import check_wandb_login
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    import wandb
+
+    check_wandb_login(load_config(CONF, ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online"]))
+    wandb.teardown()  # the login stays with the process otherwise

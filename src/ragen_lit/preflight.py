@@ -24,6 +24,7 @@ def preflight(cfg: Config) -> None:
 
         raise ConfigError(VLLM_EXTRA_MESSAGE)
     check_logger_packages(cfg)
+    check_wandb_login(cfg)
     if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
@@ -53,6 +54,33 @@ def check_logger_packages(cfg: Config) -> None:
                 f"logging.loggers={cfg.logging.loggers!r}: {name} is not installed here; "
                 f"pip install 'ragen_lit[{name}]'"
             )
+
+
+def check_wandb_login(cfg: Config) -> None:
+    """W&B online (`logging.wandb_mode=online`) needs a login on this machine (`wandb login`, WANDB_API_KEY); without
+    one `wandb.init` would fail mid-setup, after the model loaded. Checked offline: whether a key is configured, not
+    whether the server takes it (a terminal without a key is asked for one, as `wandb login` asks)."""
+    if "wandb" not in cfg.logging.loggers or cfg.logging.wandb_mode != "online":
+        return
+    import os
+
+    import wandb
+    from wandb.errors import UsageError
+
+    silent = os.environ.get("WANDB_SILENT")
+    os.environ["WANDB_SILENT"] = "true"  # its "API key is configured" line says nothing the run does not
+    try:
+        wandb.login(verify=False)
+    except UsageError as err:
+        raise ConfigError(
+            f"logging.wandb_mode=online: {str(err).splitlines()[0]} (run `wandb login` or set WANDB_API_KEY), or "
+            "keep logging.wandb_mode=offline and upload the run later with `wandb sync`"
+        ) from None
+    finally:
+        if silent is None:
+            os.environ.pop("WANDB_SILENT")
+        else:
+            os.environ["WANDB_SILENT"] = silent
 
 
 def _looks_local(path: str) -> bool:
