@@ -45,7 +45,7 @@ def test_a_preset_is_evaluated_with_pass_at_k_and_logged(tmp_path, capsys):
     assert set(env["rates"]) >= {"format_ok_rate", "valid_turn_rate", "num_turns", "response_tokens"}
     assert "pass@1" in printed and "pass@2" in printed and "pass@3" in printed
     (run,) = _runs(tmp_path / "mlruns.db", "evaluation")
-    assert run.data.tags["point"] == "tiny (evaluation on frozenlake)"
+    assert run.data.tags["point"] == "tiny (evaluation on frozenlake: 3 episodes x 3, T=1)"
     assert run.data.metrics["eval/success"] == pytest.approx(env["success"])
     assert run.data.metrics["eval/pass_at_3"] == pytest.approx(env["pass_at"]["3"])
     assert run.data.params["evaluate.samples"] == "3"
@@ -71,7 +71,8 @@ def test_evaluating_a_run_replays_its_final_validation(tmp_path, capsys):
     (evaluation,) = _runs(out / "mlruns.db", "evaluation")
     (training,) = [r for r in _runs(out / "mlruns.db") if r.info.run_id != evaluation.info.run_id]
     assert evaluation.data.tags["ragen_lit.evaluated_run_id"] == training.info.run_id
-    assert evaluation.data.tags["point"] == f"{training.info.run_name} (evaluation on frozenlake)"
+    label = f"{training.info.run_name} (evaluation on frozenlake at iteration 2: 8 episodes x 1, T=0.5)"
+    assert evaluation.data.tags["point"] == label
     # not the success rate alone: every episode statistic of the final validation comes back exactly
     for key in ("format_ok_rate", "valid_turn_rate", "num_turns", "response_tokens", "sequence_tokens"):
         assert env["rates"][key] == training.data.metrics[f"val/{key}"], key
@@ -87,7 +88,9 @@ def test_evaluating_a_run_replays_its_final_validation(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(out), "--collapse", "--out", str(tmp_path / "compare")]) == 0
     table, readings = capsys.readouterr().out.split("Template collapse, run by run")
-    assert "eval success" in table and f"{training.info.run_name} (evaluation on frozenlake)" in table
+    # the replay and the sampled evaluation differ in K and T: two rows, not one row of two "seeds"
+    assert "eval success" in table and f"| {label} | 1 |" in table
+    assert f"{training.info.run_name} (evaluation on frozenlake at iteration 2: 8 episodes x 2, T=1) | 1 |" in table
     assert "(evaluation on" not in readings  # no training curves: not read for collapse
 
 

@@ -3,7 +3,7 @@
 The MLflow run goes to the evaluated run's own store and experiment (recorded in its run.json), or, for a model that
 is not a run's, to the config's (`logging.tracking_uri`, default `<logging.output_dir>/mlruns.db`); an explicit
 `logging.tracking_uri=` override wins in both cases. It is tagged `ragen_lit.role=evaluation`, with the `point`
-(`compare`'s row label) `<the run's point or run name> (evaluation on <env>)` and the run's `seed` and `sweep`, so
+(`compare`'s row label) `<the run's point or run name> (<evaluation_label>)` and the run's `seed` and `sweep`, so
 that `compare` puts it on its own row beside the training runs; its metrics are `eval/*` (`EnvEvaluation.metrics`) at
 the step of the checkpoint's iteration, its params the resolved config and the evaluation's settings, and the JSON
 report is its artifact `evaluation.json`.
@@ -67,6 +67,15 @@ def _source_run(client, model: str) -> tuple[str | None, dict[str, str], str | N
     return run_id, dict(run.data.tags), run.info.run_name, run.info.experiment_id
 
 
+def evaluation_label(result: EnvEvaluation, iteration: int | None) -> str:
+    """What tells one evaluation of a run from another: the environment, the checkpoint's iteration, the episodes, the
+    samples and the temperature, e.g. `evaluation on frozenlake at iteration 20: 64 episodes x 4, T=1`. Evaluations
+    that agree on all of it (the seeds of one grid point, each at its end) share a `compare` row; a run's other
+    checkpoints or settings get rows of their own instead of passing for more seeds."""
+    at = f" at iteration {iteration}" if iteration is not None else ""
+    return f"evaluation on {result.env}{at}: {len(result.seeds)} episodes x {result.samples}, T={result.temperature:g}"
+
+
 def log_evaluation(
     cfg: Config, result: EnvEvaluation, model: str, evaluated: EvaluatedPolicy, uri: str
 ) -> tuple[str, str]:
@@ -87,7 +96,7 @@ def log_evaluation(
     base = source_tags.get("point") or source_name or model
     tags = {
         ROLE_TAG: EVALUATION_ROLE,
-        "point": f"{base} (evaluation on {result.env})",
+        "point": f"{base} ({evaluation_label(result, evaluated.iteration)})",
         "ragen_lit.evaluated_model": str(Path(model).expanduser().resolve()) if source_id else model,
         "ragen_lit.evaluated_weights": evaluated.description,
         **{key: source_tags[key] for key in ("seed", "sweep") if key in source_tags},
