@@ -58,13 +58,17 @@ def weights_sha256(path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
+def commit_tags() -> dict[str, str]:
+    """The MLflow tags naming the code: `ragen_lit.commit` and `ragen_lit.commit_dirty` (none outside a checkout)."""
+    commit = source_commit()
+    if commit is None:
+        return {}
+    return {"ragen_lit.commit": commit[0], "ragen_lit.commit_dirty": str(commit[1]).lower()}
+
+
 def run_tags(model_path: str) -> dict[str, str]:
     """The MLflow tags of a new run: commit, dirty flag and the starting weights' digest (those known here)."""
-    tags = {}
-    commit = source_commit()
-    if commit is not None:
-        tags["ragen_lit.commit"], dirty = commit
-        tags["ragen_lit.commit_dirty"] = str(dirty).lower()
+    tags = commit_tags()
     digest = weights_sha256(model_path)
     if digest is not None:
         tags["ragen_lit.weights_sha256"] = digest
