@@ -19,7 +19,7 @@ from pathlib import Path
 from ragen_lit.analysis.runs import EVALUATION_ROLE, ROLE_TAG
 from ragen_lit.config import Config, flat_dict
 from ragen_lit.errors import ConfigError
-from ragen_lit.evaluation.policy import EvaluatedPolicy, run_config_of
+from ragen_lit.evaluation.policy import EvaluatedPolicy
 from ragen_lit.evaluation.report import EnvEvaluation
 
 REPORT_FOLDER = "evaluations"
@@ -27,7 +27,7 @@ ARTIFACT = "evaluation.json"
 _PARAM_BATCH = 100  # MLflow takes at most this many params per call
 
 
-def report_path(out: str | None, model: str, cfg: Config) -> Path:
+def report_path(out: str | None, run_json: Path | None, cfg: Config) -> Path:
     """`--out`, or `<run folder>/evaluations/eval-<time>.json` for a run, `<logging.output_dir>/evaluations/...`
     otherwise. Refuses an `--out` that is a folder."""
     if out is not None:
@@ -35,28 +35,25 @@ def report_path(out: str | None, model: str, cfg: Config) -> Path:
         if path.is_dir():
             raise ConfigError(f"--out {out}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
         return path
-    run_json = run_config_of(model)
     folder = run_json.parent if run_json is not None else Path(cfg.logging.output_dir)
     return folder / REPORT_FOLDER / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
-def store_of(cfg: Config, model: str, overrides: list[str]) -> str:
-    """The MLflow tracking URI of the evaluation (module docstring)."""
+def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
+    """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any."""
     from ragen_lit.training.tracking import tracking_uri
 
     explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
-    run_json = run_config_of(model)
     if run_json is not None and not explicit:
         try:
             return json.loads(run_json.read_text())["tracking_uri"]
         except (OSError, ValueError, KeyError) as err:
-            raise ConfigError(f"--model {model}: {run_json} does not name the run's MLflow store ({err})") from None
+            raise ConfigError(f"--model: {run_json} does not name the run's MLflow store ({err})") from None
     return tracking_uri(cfg)
 
 
-def _source_run(client, model: str) -> tuple[str | None, dict[str, str], str | None, str | None]:
-    """(MLflow run id, tags, run name, experiment id) of the run `model` names, where its store holds it."""
-    run_json = run_config_of(model)
+def _source_run(client, run_json: Path | None) -> tuple[str | None, dict[str, str], str | None, str | None]:
+    """(MLflow run id, tags, run name, experiment id) of the run recorded in `run_json`, where its store holds it."""
     if run_json is None:
         return None, {}, None, None
     run_id = json.loads(run_json.read_text()).get("mlflow_run_id")
@@ -77,17 +74,17 @@ def evaluation_label(result: EnvEvaluation, iteration: int | None) -> str:
 
 
 def log_evaluation(
-    cfg: Config, result: EnvEvaluation, model: str, evaluated: EvaluatedPolicy, uri: str
+    cfg: Config, result: EnvEvaluation, model: str, run_json: Path | None, evaluated: EvaluatedPolicy, uri: str
 ) -> tuple[str, str]:
     """One finished MLflow run holding `result`; returns (tracking URI, run id)."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from ragen_lit.provenance import source_commit
+    from ragen_lit.provenance import commit_tags
     from ragen_lit.training.tracking import ensure_experiment, tracking_uri
 
     client = MlflowClient(tracking_uri=uri)
-    source_id, source_tags, source_name, experiment_id = _source_run(client, model)
+    source_id, source_tags, source_name, experiment_id = _source_run(client, run_json)
     if experiment_id is None:
         if uri == tracking_uri(cfg):
             ensure_experiment(cfg)  # the default store keeps its artifacts under logging.output_dir, as `fit` does
@@ -103,10 +100,7 @@ def log_evaluation(
     }
     if source_id:
         tags["ragen_lit.evaluated_run_id"] = source_id
-    commit = source_commit()
-    if commit is not None:
-        tags["ragen_lit.commit"], dirty = commit[0], commit[1]
-        tags["ragen_lit.commit_dirty"] = str(dirty).lower()
+    tags.update(commit_tags())
     run = client.create_run(experiment_id, run_name=f"eval-{source_name or result.env}", tags=tags)
     run_id = run.info.run_id
     params = {**flat_dict(cfg), "evaluate.samples": result.samples, "evaluate.temperature": result.temperature}

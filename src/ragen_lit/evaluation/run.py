@@ -96,11 +96,13 @@ def check_options(options: EvaluateOptions) -> None:
         )
 
 
-def evaluation_configs(configs: list[str], overrides: list[str], model: str) -> list[tuple[Config, str]]:
-    """(config, where it came from) per environment, each with the evaluated model in its model section."""
-    from ragen_lit.evaluation.policy import model_overrides, run_config_of, with_run_model
+def evaluation_configs(
+    configs: list[str], overrides: list[str], model: str, run_json: Path | None
+) -> list[tuple[Config, str]]:
+    """(config, where it came from) per environment, each with the evaluated model in its model section; `run_json`:
+    the run.json of the run `model` names (None for a model that is not a run's)."""
+    from ragen_lit.evaluation.policy import model_overrides, with_run_model
 
-    run_json = run_config_of(model)
     if run_json is None:
         overrides = [*overrides, *model_overrides(model)]
     if configs:
@@ -115,9 +117,12 @@ def evaluation_configs(configs: list[str], overrides: list[str], model: str) -> 
     loaded = [(replace(cfg, trainer=replace(cfg.trainer, **ONE_PROCESS)), where) for cfg, where in loaded]
     first, first_where = loaded[0]
     for cfg, where in loaded[1:]:
-        for key in ("model", "trainer.accelerator"):
-            mine, theirs = _get(cfg, key), _get(first, key)
-            if mine != theirs:
+        agree = {
+            "model": cfg.model == first.model,
+            "trainer.accelerator": cfg.trainer.accelerator == first.trainer.accelerator,
+        }
+        for key, same in agree.items():
+            if not same:
                 raise ConfigError(
                     f"--config {where}: {key} differs from {first_where}'s; the model is loaded once, so the configs "
                     f"must agree on {key} (override it on the command line)"
@@ -125,19 +130,15 @@ def evaluation_configs(configs: list[str], overrides: list[str], model: str) -> 
     return loaded
 
 
-def _get(cfg: Config, key: str):
-    value = cfg
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOptions) -> int:
     """Check everything, load the model once, evaluate it on each config's episodes; print, write and log it.
     Returns the exit code (0). Raises ConfigError on a user mistake, before any model is loaded."""
-    check_options(options)
-    loaded = evaluation_configs(configs, overrides, options.model)
+    from ragen_lit.evaluation.policy import run_config_of
     from ragen_lit.evaluation.record import report_path, store_of
+
+    check_options(options)
+    run_json = run_config_of(options.model)
+    loaded = evaluation_configs(configs, overrides, options.model, run_json)
     from ragen_lit.preflight import preflight
     from ragen_lit.training.console import quiet_third_party
 
@@ -146,8 +147,8 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     for cfg, where in loaded:
         preflight(cfg)
         plans.append((cfg, where, episode_seeds(cfg, options, where)))
-    out = report_path(options.out, options.model, plans[0][0])
-    stores = [store_of(cfg, options.model, overrides) for cfg, _, _ in plans]
+    out = report_path(options.out, run_json, plans[0][0])
+    stores = [store_of(cfg, run_json, overrides) for cfg, _, _ in plans]
 
     import torch
 
@@ -169,7 +170,7 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
         print(format_evaluation(result), flush=True)
         results.append((cfg, result))
     logged = [
-        log_evaluation(cfg, result, options.model, evaluated, store)
+        log_evaluation(cfg, result, options.model, run_json, evaluated, store)
         for (cfg, result), store in zip(results, stores, strict=True)
     ]
     write_report(out, options.model, evaluated, [result for _, result in results], logged)
