@@ -4,6 +4,7 @@ import pytest
 
 from ragen_lit.analysis.stats import (
     finite,
+    fisher_exact_p,
     mean,
     proportion_difference,
     std,
@@ -61,3 +62,12 @@ def test_wilson_and_newcombe_intervals_match_newcombes_worked_examples():
     same = proportion_difference(4, 16, 4, 16)
     assert same.delta == 0 and same.low == pytest.approx(-same.high)
     assert math.isnan(proportion_difference(0, 0, 1, 2).delta)
+
+
+def test_fisher_exact_p_by_hand():
+    # margins 2 + 2 runs, 2 successes: P(k1 = 0) = P(k1 = 2) = C(2,0)C(2,2)/C(4,2) = 1/6, P(k1 = 1) = 4/6
+    assert fisher_exact_p(0, 2, 2, 2) == pytest.approx(1 / 3)
+    assert fisher_exact_p(1, 2, 1, 2) == pytest.approx(1.0)
+    # 7 of 16 against 4 of 16: the earlier collapse recipe's rates
+    assert fisher_exact_p(7, 16, 4, 16) == pytest.approx(0.458, abs=5e-4)
+    assert math.isnan(fisher_exact_p(0, 0, 1, 2))

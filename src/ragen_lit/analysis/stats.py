@@ -109,3 +109,14 @@ def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float 
     low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
     high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
     return Difference(d, low, high, math.nan, confidence)
+
+
+def fisher_exact_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p of Fisher's exact test that k1 of n1 and k2 of n2 come from one proportion: the probability,
+    under the hypergeometric law of the 2x2 table with its margins fixed, of a table no more likely than the one
+    observed. NaN when either side has no run."""
+    if n1 == 0 or n2 == 0:
+        return math.nan
+    from scipy.stats import fisher_exact
+
+    return float(fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue)
