@@ -275,17 +275,13 @@ def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
 def _compare_command(args) -> int:
     from ragen_lit.analysis.compare import run_compare
 
+    positional = ("targets", "tracking_uri", "baseline", "format", "out", "metrics", "predictors_at", "finished_only")
     return run_compare(
-        args.targets,
-        args.tracking_uri,
-        args.baseline,
-        args.format,
-        args.out,
-        args.metrics,
-        args.predictors_at,
-        args.finished_only,
+        *(getattr(args, name) for name in positional),
         args.differences,
         args.collapse,
+        predictors_target=args.predictors_target,
+        predictors_window=args.predictors_window,
     )
 
 
@@ -404,7 +400,21 @@ def main(argv: list[str] | None = None) -> int:
         "--predictors-at",
         metavar="STEP|all",
         help="also tabulate Spearman's rho of the MI and entropy metrics at this iteration (or at every iteration "
-        "they were logged at: all) with final success (Fig. 8)",
+        "they were logged at: all) with final success (Fig. 8), with a bootstrap interval of |rho| of the trajectory "
+        "MI z-score minus |rho| of token entropy",
+    )
+    p_cmp.add_argument(
+        "--predictors-target",
+        type=int,
+        metavar="STEP",
+        help="with --predictors-at: correlate with each run's mean val/success at steps >= STEP (default: the last)",
+    )
+    p_cmp.add_argument(
+        "--predictors-window",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --predictors-at: a predictor's value is the mean of its last N points up to the iteration",
     )
     p_cmp.add_argument(
         "--collapse",

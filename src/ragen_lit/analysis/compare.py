@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ragen_lit.analysis.collapse import collapse_markdown, read_run
 from ragen_lit.analysis.plots import write_figures
-from ragen_lit.analysis.predictors import predictor_steps, predictor_table, predictors_markdown, value_at
+from ragen_lit.analysis.predictors import check_predictor_options, predictors_heading, predictors_report, value_at
 from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
@@ -362,6 +362,8 @@ def run_compare(
     finished_only: bool = False,
     differences: Sequence[str] | None = None,
     collapse: bool = False,
+    predictors_target: int | None = None,
+    predictors_window: int = 1,
 ) -> int:
     """Print the table of the runs under `targets` to stdout; write figures and the table into the output
     folder and log them as the `compare` run of `--tracking-uri` (else of the first store found).
@@ -369,7 +371,9 @@ def run_compare(
     A target that exists is a folder (or store file) to search for `**/mlruns.db`; any other target picks
     runs by id, run name or point among the loaded ones. No target: the current directory. `differences`: the
     columns (names or `metric:reducer`, as `metrics`) whose difference to the baseline is shown, default final
-    validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`); `collapse`: also
+    validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`), correlated with each
+    run's last validation success or, with `predictors_target`, its mean validation success from that step on,
+    each predictor the mean of its last `predictors_window` points (`predictors.predictors_report`); `collapse`: also
     the per-run reading of template collapse, the alarm and an entropy monitor (`analysis.collapse`).
     """
     check_format(fmt)
@@ -398,16 +402,16 @@ def run_compare(
         verb = "left out (--finished-only)" if finished_only else "in the table with their last logged values"
         print(f"warning: {len(unfinished)} run(s) did not finish, {verb}: {names}", file=sys.stderr)
     trained = [run for run in runs if not is_evaluation(run)]  # evaluations have no training curves to read
-    steps = predictor_steps(trained, predictors_at) if predictors_at is not None else []
+    steps = check_predictor_options(trained, predictors_at, predictors_target, predictors_window)
     compared = choose_columns(differences, runs) if differences else (DIFF_COLUMN,)
     table = build_table(runs, baseline, choose_columns(metrics, runs), compared)
     text = render(table, fmt)
     sys.stdout.write(text)
     extra = []
     if steps:
-        predictors = predictors_markdown([(step, predictor_table(trained, step)) for step in steps])
+        predictors = predictors_report(trained, steps, predictors_target, predictors_window)
         if fmt == "markdown":
-            sys.stdout.write("\nEarly metrics as predictors of final success (across all runs above):\n\n" + predictors)
+            sys.stdout.write(f"\n{predictors_heading(predictors_target, predictors_window)}\n\n" + predictors)
         extra.append(("predictors.md", predictors))
     if collapse:
         readings = collapse_markdown([read_run(run) for run in trained], table.baseline)
