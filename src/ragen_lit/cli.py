@@ -419,8 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument(
         "--collapse",
         action="store_true",
-        help="also read template collapse run by run: when each scope collapsed, the regime at the end, when the "
-        "alarm, an entropy monitor and the success plateau came; per point the alarm's hits and false alarms",
+        help="also read MI loss run by run: its regime (template collapse, entropy blow-up, low-entropy collapse), "
+        "when the alarm and a one- and a two-sided entropy monitor fired; per point their hits and false alarms",
     )
     p_cmp.set_defaults(func=_compare_command)
     # argparse takes one run of positionals: `key=value` words after a flag (`... --out DIR env.options.size=5`)

@@ -3,12 +3,16 @@
 import json
 import math
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from ragen_lit import figures
+from ragen_lit.analysis import plots
+from ragen_lit.analysis.runs import RunRecord
 from ragen_lit.cli import main
+from ragen_lit.figures import collapse as collapse_figures
 
 from .conftest import BASE, TOP_P
 
@@ -61,6 +65,9 @@ def test_compare_cli_markdown_out_folder_and_run_selection(sweep_copy, tmp_path,
     assert f"| {BASE} | 1 | 0.4 |" in text and "(no interval: n < 2)" in text
     assert (out / "compare.md").read_text() == text
     assert_png(out / "val_success.png")
+    # two diagnostics points per run: too few for a start, so the raw MI-entropy paths and no collapse curves
+    assert_png(out / "mi_vs_entropy.png")
+    assert not (out / "collapse_curves.png").exists()
 
 
 def test_no_gradient_figure_without_grad_metrics(solo, tmp_path, capsys):
@@ -121,3 +128,135 @@ def test_single_run_figures(tmp_path):
     assert_png(figures.save_png(plane, tmp_path / "b.png"))
     bars = figures.gradient_buckets({"run": [1.0, 2.0, math.nan]}, {"run": [0.1, 0.2, 0.3]})
     assert_png(figures.save_png(bars, tmp_path / "c.png"))
+
+
+# ---- the template-collapse figures: hand-made runs of 7 diagnostics points (steps 1..7), chance 0.25 ----
+# With a start of 3 points and levels over 3, the levels are defined at the 6th and 7th points (steps 6 and 7).
+
+STEPS = list(range(1, 8))
+
+
+def diagnostics_run(label, name, acc, cond, token, alarm=None):
+    """A run whose first-turn diagnostics and token entropy were logged at `STEPS` (token entropy also at the
+    steps between, which the figures must not read)."""
+    metrics = {
+        "collapse/first_turn/retrieval_acc": list(zip(STEPS, acc)),
+        "collapse/first_turn/retrieval_chance": [(s, 0.25) for s in STEPS],
+        "collapse/first_turn/cond_entropy": list(zip(STEPS, cond)),
+        "actor/entropy": sorted([*zip(STEPS, token), *((s + 100, 99.0) for s in STEPS)]),
+    }
+    if alarm is not None:
+        metrics["collapse/alarm"] = [(s, float(s >= alarm)) for s in STEPS]
+    return RunRecord(name, name, label, "0", "", "FINISHED", metrics=metrics)
+
+
+# A: retrieval's level 0.5 / 0.25 = 2 at both levels; H(Z|X) start 2, levels 4/2 = 2 then (4+4+1)/3/2 = 1.5
+RUN_A = ("a", [1, 1, 1, 0.5, 0.5, 0.5, 0.5], [2, 2, 2, 4, 4, 4, 1], [1] * 7)
+# B: retrieval 1/0.25 = 4; H(Z|X) start 1, levels 1 then 2; token entropy start 1, level 3: above the band at step 6
+RUN_B = ("b", [1] * 7, [1, 1, 1, 1, 1, 1, 4], [1, 1, 1, 3, 3, 3, 3])
+# C: H(Z|X) start 2, level 1 / 2 = 0.5 at step 6: below the band
+RUN_C = ("c", [1] * 7, [2, 2, 2, 1, 1, 1, 1], [1] * 7)
+
+
+@pytest.fixture
+def diagnosed():
+    return {
+        "p": [diagnostics_run("p", *RUN_A), diagnostics_run("p", *RUN_B, alarm=7)],
+        "q": [diagnostics_run("q", *RUN_C), RunRecord("x", "x", "q", "1", "", "FINISHED")],
+    }
+
+
+def test_seed_quantiles_by_hand():
+    # step 0: 1, 3, 5 -> quartiles 2, 3, 4; step 1: the NaN is left out -> 2, 2, 2; step 2: only NaN -> NaN
+    curves = [[(0, 1.0), (1, 2.0), (2, math.nan)], [(0, 3.0), (1, math.nan)], [(0, 5.0)]]
+    steps, low, middle, high = collapse_figures.seed_quantiles(curves)
+    assert steps.tolist() == [0.0, 1.0, 2.0]
+    assert (low[:2].tolist(), middle[:2].tolist(), high[:2].tolist()) == ([2.0, 2.0], [3.0, 2.0], [4.0, 2.0])
+    assert np.isnan([low[2], middle[2], high[2]]).all()
+
+
+def test_log_limits_hold_every_positive_value_and_the_reference_levels():
+    assert collapse_figures.log_limits([0.5, 4.0, -1.0, math.nan, 0.0], (2.0,), margin=2.0) == (0.25, 8.0)
+    assert collapse_figures.log_limits([3.0], (0.8, 2.0), margin=2.0) == (0.4, 6.0)
+
+
+def test_collapse_series_by_hand():
+    run = diagnostics_run("p", "r", [1, 0.5, math.nan, 0.25], [2, 2, 2, 6], [1, 2, 3, 4])
+    series = plots.collapse_series(run)
+    # retrieval over chance 0.25 where it is finite; H(Z|X) over its start 2; token entropy over (1+2+3)/3 = 2,
+    # at the diagnostics steps only (not the 99s logged between them)
+    assert series["retrieval"] == [(1, 4.0), (2, 2.0), (4, 1.0)]
+    assert series["cond_entropy"] == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 3.0)]
+    assert series["token_entropy"] == [(1, 0.5), (2, 1.0), (3, 1.5), (4, 2.0)]
+    # fewer than 3 points: no start, no stream
+    assert plots.over_start([(1, 1.0), (2, 2.0)]) == [] and plots.over_start([(1, 0.0)] * 3) == []
+
+
+def test_end_points_and_median_paths_by_hand(diagnosed):
+    # (H(Z|X) level / start, retrieval level / chance, token entropy level / start) at step 7
+    assert plots.end_points(diagnosed) == {"p": [(1.5, 2.0, 1.0), (2.0, 4.0, 3.0)], "q": [(0.5, 4.0, 1.0)]}
+    # p at step 6: A (2, 2), B (1, 4); at step 7: A (1.5, 2), B (2, 4) -> the medians of two runs are their means
+    assert plots.median_paths(diagnosed) == {"p": ([1.5, 1.75], [3.0, 3.0]), "q": ([0.5, 0.5], [4.0, 4.0])}
+    assert plots.end_points({"p": [RunRecord("x", "x", "p", "0", "", "FINISHED")]}) == {"p": []}
+
+
+def test_firings_go_on_the_panel_of_the_stream_that_fired(diagnosed):
+    from ragen_lit.analysis.collapse import read_run
+
+    (a, b), (c, _) = diagnosed["p"], diagnosed["q"]
+    assert plots.firings(read_run(a)) == {"retrieval": [], "cond_entropy": [], "token_entropy": []}
+    # B: its alarm at 7; token entropy above the band at 6 fires the two-sided monitor only
+    assert plots.firings(read_run(b)) == {
+        "retrieval": [("alarm", 7)],
+        "cond_entropy": [],
+        "token_entropy": [("entropy two-sided", 6)],
+    }
+    # C: H(Z|X) below the band at 6 fires both entropy monitors
+    assert plots.firings(read_run(c)) == {
+        "retrieval": [],
+        "cond_entropy": [("entropy falls", 6), ("entropy two-sided", 6)],
+        "token_entropy": [],
+    }
+
+
+def test_collapse_figures_are_written_with_levels_and_skipped_without(diagnosed, tmp_path):
+    names = [p.name for p in plots.write_figures(diagnosed, tmp_path / "with")]
+    assert names == ["mi_vs_entropy.png", "collapse_curves.png"]
+    for name in names:
+        assert_png(tmp_path / "with" / name)
+    # two diagnostics points: no start, so no curves; the plane falls back to the raw (entropy, retrieval) paths
+    short = {
+        label: [replace(r, metrics={k: h[:2] for k, h in r.metrics.items()}) for r in runs]
+        for label, runs in diagnosed.items()
+    }
+    assert [p.name for p in plots.write_figures(short, tmp_path / "short")] == ["mi_vs_entropy.png"]
+    bare = {"p": [RunRecord("x", "x", "p", "0", "", "FINISHED", metrics={"actor/entropy": [(1, 1.0)]})]}
+    assert plots.write_figures(bare, tmp_path / "bare") == []
+
+
+def test_regime_plane_limits_hold_every_point():
+    ends = {"p": [(0.01, 30.0, 1.0), (5e2, 0.1, 3.0)], "empty": [], "q": [(1.0, 0.0, 0.1)]}
+    fig = collapse_figures.regime_plane(ends, {"p": ([1.0, 0.01], [12.0, 30.0])})
+    (ax,) = fig.axes
+    (xlo, xhi), (ylo, yhi) = ax.get_xlim(), ax.get_ylim()
+    assert xlo < 0.01 and xhi > 5e2 and ylo < 0.1 and yhi > 30.0
+    # with nothing far out, the limits still show every region: 2.5x beyond the band, 4x beyond the MI line
+    (ax,) = collapse_figures.regime_plane({"p": [(1.0, 3.0)]}).axes
+    assert ax.get_xlim()[0] < 0.8 / 2.5 and ax.get_xlim()[1] > 2.0 * 2.5
+    assert ax.get_ylim()[0] < 2.0 / 4 and ax.get_ylim()[1] > 2.0 * 4
+
+
+def test_collapse_curves_draws_a_panel_per_stream_and_a_row_per_point(tmp_path):
+    panels = [
+        ("retrieval / chance", {"p": [[(1, 4.0), (6, 0.0)]], "none": []}, [("alarm", "p", 6), ("alarm", "p", 6)]),
+        ("H(Z|X) / start", {"p": [[(1, 1.0), (6, 0.5)], [(1, 1.0), (6, 3.0)]]}, [("entropy falls", "p", 6)]),
+        ("token entropy / start", {}, []),
+    ]
+    fig = collapse_figures.collapse_curves(panels, ["none", "p"], monitor_counts={"alarm": (2, 2)})
+    assert len(fig.axes) == 3 and [ax.get_yscale() for ax in fig.axes] == ["log"] * 3
+    # the two alarms at one step are one marker with "2" beside it; the empty panel says so
+    assert "2" in [t.get_text() for t in fig.axes[0].texts]
+    assert "not logged" in [t.get_text() for t in fig.axes[2].texts]
+    legends = [[t.get_text() for t in legend.get_texts()] for legend in fig.legends]
+    assert legends[0] == ["p (n=2)"] and legends[1][0] == "alarm fired (2/2 runs)"
+    assert_png(figures.save_png(fig, tmp_path / "curves.png"))

@@ -1,109 +1,134 @@
-"""The reading of template collapse from logged diagnostics, on hand-made runs."""
+"""The reading of MI loss and its regimes from logged diagnostics, on hand-made runs."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from ragen_lit.analysis.collapse import (
-    Point,
-    alarm_rates,
-    collapse_markdown,
-    collapse_onset,
+    BLOW_UP,
+    LOW_ENTROPY,
+    NO_LOSS,
+    TEMPLATE,
     entropy_flag,
+    entropy_state,
     read_run,
-    regime,
     replay_alarm,
+    scope_points,
+    start_and_levels,
     success_plateau,
+    zscore_loss,
 )
+from ragen_lit.analysis.collapse_report import collapse_markdown
 from ragen_lit.analysis.runs import RunRecord
+
+STEPS = list(range(1, 9))
+# levels from the 6th point: (0.8, 0.5, 0.2) 0.5, (0.5, 0.2, 0.1) 0.267, (0.2, 0.1, 0.1) 0.133 -> over 2 x 0.1:
+# 2.5, 1.33, 0.667: MI lost at step 8 only
+FALLING = [0.8, 0.8, 0.8, 0.8, 0.5, 0.2, 0.1, 0.1]
+HELD = [0.8] * 8
 
 
 def run(metrics, label="p", seed="0") -> RunRecord:
     return RunRecord("id" + label + seed, "r", label, seed, "store", "FINISHED", metrics=metrics)
 
 
-def scope(scope, retrieval, chance, entropy, steps=(1, 5, 10, 15)):
+def scope(name, retrieval, entropy, chance=0.1):
     return {
-        f"collapse/{scope}/retrieval_acc": list(zip(steps, retrieval)),
-        f"collapse/{scope}/retrieval_chance": list(zip(steps, chance)),
-        f"collapse/{scope}/cond_entropy": list(zip(steps, entropy)),
+        f"collapse/{name}/retrieval_acc": list(zip(STEPS, retrieval)),
+        f"collapse/{name}/retrieval_chance": [(s, chance) for s in STEPS],
+        f"collapse/{name}/cond_entropy": list(zip(STEPS, entropy)),
     }
 
 
-def test_the_four_regimes_by_hand():
-    first = Point(1, 0.8, 0.1, 10.0)
-    assert regime(Point(5, 0.8, 0.1, 9.0), first) == "diverse, input-grounded"
-    assert regime(Point(5, 0.2, 0.1, 8.0), first) == "template collapse"  # 0.2 <= 2 x 0.1, 8.0 = 0.8 x 10 not low
-    assert regime(Point(5, 0.21, 0.1, 7.9), first) == "compressed, input-grounded"
-    assert regime(Point(5, 0.1, 0.1, 2.0), first) == "low-entropy collapse"
+def token(values):
+    return {"actor/entropy": list(zip(STEPS, values))}
 
 
-def test_collapse_needs_low_mi_while_the_entropy_holds():
-    points = [Point(1, 0.8, 0.1, 10.0), Point(5, 0.5, 0.1, 9.0), Point(10, 0.15, 0.1, 9.5), Point(15, 0.1, 0.1, 11)]
-    assert collapse_onset(points) == 10
-    fell_too = [Point(1, 0.8, 0.1, 10.0), Point(5, 0.1, 0.1, 3.0)]  # low-entropy collapse, not template collapse
-    assert collapse_onset(fell_too) is None
+def test_start_and_levels_are_the_alarms_baseline_and_window():
+    start, levels = start_and_levels([1, 2, 3, 4, 5, 6, 7])
+    assert start == 2 and levels == [None] * 5 + [5, 6]
+    start, levels = start_and_levels([1, 2])
+    assert math.isnan(start) and levels == [None, None]
 
 
-def test_entropy_monitor_and_success_plateau_by_hand():
+def test_entropy_states_by_hand():
+    assert entropy_state([1.0, 2.0]) == TEMPLATE and entropy_state([0.8, 1.2]) == TEMPLATE  # the band is closed
+    assert entropy_state([2.01, 1.0]) == BLOW_UP and entropy_state([0.79, 1.0]) == LOW_ENTROPY
+    assert entropy_state([0.5, 3.0]) == BLOW_UP  # above the band wins
+
+
+def test_scope_points_read_levels_against_twice_chance_and_the_starts():
+    points = scope_points(run({**scope("first_turn", FALLING, [1.0] * 8), **token([0.5] * 8)}), "first_turn")
+    assert [p.step for p in points] == [6, 7, 8]
+    assert [round(p.closeness, 3) for p in points] == [2.5, 1.333, 0.667]
+    assert [p.mi_lost for p in points] == [False, False, True]
+    assert points[-1].cond_entropy_ratio == 1.0 and points[-1].token_entropy_ratio == 1.0
+
+
+@pytest.mark.parametrize(
+    ("cond_entropy", "token_entropy", "outcome"),
+    [
+        ([1.0] * 8, [0.5] * 8, TEMPLATE),
+        # token entropy's level at step 8: 1.5 = 3 x its start 0.5
+        ([1.0] * 8, [0.5] * 5 + [1.5] * 3, BLOW_UP),
+        # H(Z|X)'s level at step 8: 0.5 = 0.5 x its start
+        ([1.0] * 5 + [0.5] * 3, [0.5] * 8, LOW_ENTROPY),
+    ],
+)
+def test_the_outcome_is_the_regime_the_entropies_name_at_the_mi_loss(cond_entropy, token_entropy, outcome):
+    reading = read_run(run({**scope("first_turn", FALLING, cond_entropy), **token(token_entropy)}))
+    assert reading.onset == {"first_turn": 8, "trajectory": None} and reading.mi_loss == 8
+    assert reading.outcome == outcome and reading.regime_end == outcome
+    assert reading.template == (8 if outcome == TEMPLATE else None)
+
+
+def test_a_run_that_keeps_its_mi_has_no_loss_and_a_closest_approach():
+    reading = read_run(run({**scope("first_turn", HELD, [1.0] * 8), **token([0.5] * 8)}))
+    assert reading.outcome == NO_LOSS and reading.regime_end == NO_LOSS and reading.mi_loss is None
+    assert reading.closest == (pytest.approx(4.0), 6)  # 0.8 / 0.2 at every point: the first
+    # entropies outside the band at every point: no closest approach
+    fallen = read_run(run({**scope("first_turn", HELD, [1.0] * 3 + [0.1] * 5), **token([0.5] * 8)}))
+    assert fallen.closest is None
+
+
+def test_the_first_turn_scope_names_the_regime_when_both_lose_mi_at_one_step():
     metrics = {
-        "actor/entropy": [(1, 2.0), (2, 1.9), (3, 1.5), (4, 1.7)],  # 1.5 < 0.8 x 2.0 at step 3
-        **scope("first_turn", [0.8, 0.7, 0.6, 0.5], [0.1] * 4, [10, 9, 8.5, 7.9]),  # 7.9 < 8 at step 15
+        **scope("first_turn", FALLING, [1.0] * 8),
+        **scope("trajectory", FALLING, [1.0] * 5 + [0.5] * 3),
+        **token([0.5] * 8),
     }
-    assert entropy_flag(run(metrics)) == 3
-    metrics["actor/entropy"] = [(1, 2.0), (2, 1.9)]
-    assert entropy_flag(run(metrics)) == 15
-    # moving means over 5 iterations: steps 1-5 0.2, 2-6 0.3, 3-7 0.36, 4-8 0.36 (tie: the first), 5-9 0.32
-    success = [0.0, 0.2, 0.3, 0.2, 0.3, 0.5, 0.5, 0.3, 0.0]
-    assert success_plateau(run({"rollout/success": list(enumerate(success, start=1))})) == 7
+    reading = read_run(run(metrics))
+    assert reading.onset == {"first_turn": 8, "trajectory": 8} and reading.outcome == TEMPLATE
+    # the trajectory scope alone lost MI earlier: it names the outcome
+    metrics.update(scope("trajectory", [0.8] * 3 + [0.1] * 5, [1.0] * 5 + [0.5] * 3))
+    reading = read_run(run(metrics))
+    assert reading.onset["trajectory"] == 6 and reading.outcome == TEMPLATE  # H still 1.0 at step 6
+    assert reading.template == 6
+
+
+def test_entropy_monitors_one_and_two_sided():
+    metrics = {**scope("first_turn", HELD, [1.0] * 8), **token([0.5] * 5 + [1.5] * 3)}
+    # token entropy's level: 0.833 (x1.67) at 6, 1.167 (x2.33) at 7: a rise the one-sided monitor does not see
+    assert entropy_flag(run(metrics), two_sided=False) is None
+    assert entropy_flag(run(metrics), two_sided=True) == 7
+    metrics.update(scope("trajectory", HELD, [1.0] * 6 + [0.5] * 2))  # level 1 at 6, 0.833 at 7, 0.667 at 8
+    assert entropy_flag(run(metrics), two_sided=False) == 8
+
+
+def test_the_zscore_clause_and_the_plateau_by_hand():
+    metrics = {
+        **scope("first_turn", HELD, [1.0] * 8),
+        "collapse/first_turn/mi_zscore": list(zip(STEPS, [2, 2, 2, 2, 2, 0.4, 0.4, 0.4])),
+    }
+    # levels over the start 2: (2, 2, 0.4) 0.73, (2, 0.4, 0.4) 0.47, 0.4 -> 0.2 <= 0.25 at step 8
+    assert zscore_loss(run(metrics)) == 8
+    assert zscore_loss(run(metrics), fraction=0.1) is None
+    # moving means over 3: 0.1, 0.2, 0.3, 0.3 (tie: the first, ending at step 5), 0.2
+    success = [0.0, 0.1, 0.2, 0.3, 0.4, 0.2, 0.0]
+    assert success_plateau(run({"rollout/success": list(enumerate(success, start=1))}), window=3) == 5
     assert success_plateau(run({"rollout/success": [(1, 0.5)]})) is None
-
-
-def test_a_run_read_alarm_hits_and_false_alarms():
-    collapsing = run(
-        {
-            **scope("first_turn", [0.8, 0.5, 0.18, 0.12], [0.1] * 4, [10, 10, 9.5, 9.8]),
-            **scope("trajectory", [0.6, 0.4, 0.3, 0.11], [0.05] * 4, [12, 12, 12, 12]),
-            "collapse/alarm": [(5, 0.0), (10, 1.0), (15, 1.0)],
-            "val/success": [(0, 0.3), (15, 0.35)],
-        },
-        seed="0",
-    )
-    healthy = run({**scope("first_turn", [0.8] * 4, [0.1] * 4, [10] * 4), "collapse/alarm": [(5, 1.0)]}, seed="1")
-    quiet = run(scope("first_turn", [0.8] * 4, [0.1] * 4, [10] * 4), seed="2")
-    readings = [read_run(r) for r in (collapsing, healthy, quiet)]
-    assert readings[0].onset == {"first_turn": 10, "trajectory": None} and readings[0].collapsed == 10
-    assert readings[0].regime_end == "template collapse" and readings[0].alarm == 10
-    assert readings[1].collapsed is None and readings[1].alarm == 5 and readings[1].regime_end.startswith("diverse")
-    rates = alarm_rates(readings)
-    assert (rates.collapsed, rates.hits, rates.healthy, rates.false_alarms, rates.leads) == (1, 1, 2, 1, (0,))
-    text = collapse_markdown(readings)
-    assert "| p | 0 | 10 | – | template collapse | 10 | – | – | 0.350 |" in text
-    assert "| p | 3 | 1 | – | 1/1 | 1/2 | +0 | – | 0/1 | 0/2 |" in text
-    assert "| all | 3 | 1 | – | 1/1 | 1/2 | +0 | – | 0/1 | 0/2 |" in text
-
-
-def test_the_point_summary_differences_collapse_shares_and_times_the_alarm_after_the_plateau():
-    """Two points of two runs: the baseline's runs both collapse (alarm at 10, success peaking at 4 and never), the
-    other's neither; an entropy monitor flags one run of each."""
-    falling = scope("first_turn", [0.8, 0.5, 0.18, 0.12], [0.1] * 4, [10, 10, 9.5, 9.8])
-    alarm = {"collapse/alarm": [(5, 0.0), (10, 1.0)]}
-    # success rises to step 4, then holds: the first 5-iteration window at its highest mean ends at step 8
-    success = {"rollout/success": [(step, min(step, 4) / 10) for step in range(1, 16)]}
-    low_entropy = {"actor/entropy": [(1, 1.0), (5, 0.5)]}
-    held = scope("first_turn", [0.8] * 4, [0.1] * 4, [10] * 4)
-    runs = [
-        run({**falling, **alarm, **success, **low_entropy}, seed="0", label="base"),
-        run({**falling, **alarm}, seed="1", label="base"),
-        run({**held, **low_entropy}, seed="0", label="filtered"),
-        run(held, seed="1", label="filtered"),
-    ]
-    readings = [read_run(r) for r in runs]
-    assert [r.plateau for r in readings] == [8, None, None, None] and readings[0].entropy == 5
-    text = collapse_markdown(readings, baseline="base")
-    # 0/2 - 2/2 = -1; Newcombe from Wilson's [0, 0.658] and [0.342, 1]: -1 + sqrt(0.658² + 0.658²) = -0.07 above
-    assert "| base | 2 | 2 | baseline | 2/2 | 0/0 | +0, +0 | +2 | 1/2 | 0/0 |" in text
-    assert "| filtered | 2 | 0 | -1 [-1, -0.07] | 0/0 | 0/2 | – | – | 0/0 | 1/2 |" in text
 
 
 def test_replaying_the_alarm_with_other_settings():
@@ -124,6 +149,44 @@ def test_replaying_the_alarm_with_other_settings():
         replay_alarm(run(metrics), window=0)
 
 
+def test_the_tables_count_outcomes_difference_shares_and_read_the_monitors():
+    """Base: two template collapses at step 8, the alarm at 7 in one; filtered: one blow-up, one run without loss
+    whose alarm fired (a false alarm) and whose entropy fell."""
+    alarm = {"collapse/alarm": [(6, 0.0), (7, 1.0)]}
+    template = {**scope("first_turn", FALLING, [1.0] * 8), **token([0.5] * 8)}
+    blow_up = {**scope("first_turn", FALLING, [1.0] * 8), **token([0.5] * 5 + [1.5] * 3)}
+    healthy = {**scope("first_turn", HELD, [1.0] * 5 + [0.5] * 3), **token([0.5] * 8), **alarm}
+    success = {"rollout/success": [(s, min(s, 4) / 10) for s in range(1, 21)]}  # the first 10-window at 0.4: 13
+    runs = [
+        run({**template, **alarm, **success, "val/success": [(0, 0.2), (8, 0.25)]}, label="base", seed="0"),
+        run(template, label="base", seed="1"),
+        run(blow_up, label="filtered", seed="0"),
+        run(healthy, label="filtered", seed="1"),
+    ]
+    text = collapse_markdown([read_run(r) for r in runs], baseline="base")
+    assert (
+        "| base | 0 | 8 | – | template collapse | 8 | template collapse | 0.67 at 8 | – | 7 | – | – | 13 | 0.250 |"
+    ) in text
+    blown = "| filtered | 0 | 8 | – | entropy blow-up | – | entropy blow-up | 2.50 at 6 | – | – | – | 7 | – | – |"
+    assert blown in text
+    # (the blow-up's closest approach: step 6, where token entropy was 1.67 x its start, in the band)
+    # 0/2 - 2/2 = -1, Newcombe -1 + sqrt(0.658² + 0.658²) above; Fisher: tables [[0, 2], [2, 0]] and
+    # [[2, 0], [0, 2]], 1/6 each; any MI loss 1/2 - 2/2, Fisher p 1
+    assert (
+        "| filtered | 2 | 0/2 [0.00, 0.66] | 1/2 [0.09, 0.91] | 0/2 [0.00, 0.66] | 1/2 [0.09, 0.91] | "
+        "-1 [-1, -0.07] | 0.333 | -0.5 [-0.905, +0.273] | 1 |"
+    ) in text
+    assert "| base | 2 | 2/2 [0.34, 1.00] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | baseline |" in text
+    # the alarm at 7 in one of the base's two: 1 step before the MI loss and 6 before the plateau at 13
+    assert "| base | alarm | 1/2 | 0/0 | 0/0 | 1/2 [0.09, 0.91] | 0/0 | -1 [-1, -1], n=1 | -6 [-6, -6], n=1 |" in text
+    assert "| filtered | alarm | 0/0 | 0/1 | 0/0 | 0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | – | – |" in text
+    assert "| filtered | entropy falls | 0/0 | 0/1 | 0/0 | 0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | – | – |" in text
+    two_sided = "| filtered | entropy two-sided | 0/0 | 1/1 | 0/0 | 1/1 [0.21, 1.00] | 1/1 [0.21, 1.00] | -1 [-1, -1]"
+    assert two_sided in text
+    shares = "| all | 4 | 2/4 [0.15, 0.85] | 1/4 [0.05, 0.70] | 0/4 [0.00, 0.49] | 1/4 [0.05, 0.70] |"
+    assert shares + " – | – | – | – |" in text
+
+
 def test_compare_prints_and_writes_the_collapse_reading(sweep, tmp_path, capsys):
     import shutil
 
@@ -134,8 +197,6 @@ def test_compare_prints_and_writes_the_collapse_reading(sweep, tmp_path, capsys)
     printed = capsys.readouterr().out
     written = (tmp_path / "out" / "collapse.md").read_text()
     assert written in printed and "Template collapse, run by run" in printed
-    # the hand-made sweep's first diagnostics already sit at chance x 0.8 (0.2 <= 2 x 0.25): every run with MI
-    # diagnostics reads as collapsed at step 1; top_p's seed 2 logged none
-    # against the baseline's 3 of 3: 2/3 - 3/3 with Newcombe's interval
-    assert "| filter.strategy=none | 3 | 3 | baseline | 0/3 | 0/0 | – | – |" in written
-    assert "| filter.strategy=top_p,filter.value=0.9 | 3 | 2 | -0.333 [-0.792, +0.291] | 0/2 | 0/1 | – | – |" in written
+    # two diagnostics points per run: no level is defined, so no run reads as losing MI
+    assert "| filter.strategy=none | 3 | 0/3 [0.00, 0.56] | 0/3 [0.00, 0.56] | 0/3 [0.00, 0.56] | 3/3" in written
+    assert "| filter.strategy=top_p,filter.value=0.9 | 3 | 0/3 [0.00, 0.56] |" in written

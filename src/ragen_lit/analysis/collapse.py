@@ -1,101 +1,160 @@
-"""Which runs collapsed, into which regime, and who saw it when: the reading of `compare --collapse`.
+"""Which runs lost their reasoning's input dependence, in which regime, and which monitor saw it when: the reading
+of `compare --collapse`.
 
-RAGEN-2 places reasoning on two axes, its input dependence I(X;Z) and its within-input diversity H(Z|X), and names
-four regimes (ragen2.md §1): diverse and input-grounded (high MI, high H), **template collapse** (low MI, high H:
-fluent, varied, input-agnostic), compressed but input-grounded (high MI, low H) and low-entropy collapse (low MI,
-low H). From a run's logged diagnostics (`collapse/<scope>/...`, one point per diagnostics iteration, both scopes):
+RAGEN-2 places reasoning on two axes, its input dependence I(X;Z) and its within-input diversity H(Z|X). *Template
+collapse* is the regime where the first falls **while entropy looks healthy**: the reasoning stays fluent and varied
+but no longer depends on the input, which is why an entropy monitor misses it. Reasoning can also lose its input
+dependence while entropy explodes (token salad: any entropy monitor that watches rises sees it) or while entropy
+falls (a near-deterministic policy: one that watches falls sees it). This module separates the three.
 
-- MI is *low* at a point when retrieval accuracy is at most `CHANCE_FACTOR` x its chance level (the cross-scorer can
-  barely tell which prompt a reasoning came from);
-- H(Z|X) is *low* when it fell below `ENTROPY_FLOOR` x its value at the run's first diagnostics.
+**Streams and levels.** Every stream is read at the diagnostics iterations (the steps `collapse/<scope>/...` was
+logged at): per scope its retrieval accuracy, the chance level of retrieval and H(Z|X); the first-turn MI z-score;
+token entropy (`actor/entropy`, logged every iteration, read at the same steps). A stream's *start* is the mean of
+its first `BASELINE` points, its *level* at a point the mean of the last `WINDOW` points, defined once `WINDOW`
+points after the start's have been logged: the structure of the run's own alarm (`metrics.alarm`, shipped as
+`diagnostics.collapse_baseline=3`, `collapse_window=3`), so that every rule here smooths as it does. One
+diagnostics point scores at most `diagnostics.num_samples` reasonings and moves by several points between
+iterations of a healthy run; a rule on single points would cut through that noise.
 
-A run **collapsed** (template collapse) at the first point where, in either scope, MI is low while H(Z|X) is not;
-`regime` names the quadrant of a point. Beside it: the first iteration the run's own collapse alarm fired
-(`collapse/alarm`, or a replay of `metrics.alarm.CollapseAlarm` with other settings on the logged stream), the first
-iteration an entropy monitor alone would have flagged (token entropy or H(Z|X) below `ENTROPY_FLOOR` x its start:
-what watching entropy catches), and the iteration where training success stopped improving (the peak of its
-moving average over `PLATEAU_WINDOW` iterations).
+**MI loss** at a point, in one scope: the level of retrieval accuracy is at most `CHANCE_FACTOR` x the level of its
+chance (the cross-scorer can barely tell which prompt a reasoning came from). A second clause, reported beside it
+and not pooled with it: the level of the first-turn MI z-score at most `ZSCORE_FRACTION` x its start.
+
+**Regimes**, at a point with MI loss, from the levels of that scope's H(Z|X) and of token entropy, each against
+its start: *template collapse* when both lie within `ENTROPY_BAND` (entropy looks healthy), *entropy blow-up* when
+either is above the band, *low-entropy collapse* when either is below it and neither above. A run's **outcome** is
+the regime of its first point with MI loss (its *onset*; the first-turn scope's when both scopes lose MI at one
+point), or `NO_LOSS`.
+
+**Monitors**, each the first step it fires at: the run's own alarm (`collapse/alarm`, or a replay of
+`metrics.alarm.CollapseAlarm` with other settings on the logged stream); an entropy monitor that watches falls (the
+level of token entropy or of either scope's H(Z|X) below the band); and a two-sided one (below or above it). Beside
+them the step where training success stopped improving: the last step of the first `PLATEAU_WINDOW`-iteration
+window with the highest mean `rollout/success`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ragen_lit.analysis.runs import History, RunRecord
-from ragen_lit.analysis.stats import proportion_difference
 
 SCOPES = ("first_turn", "trajectory")
+TOKEN_ENTROPY = "actor/entropy"
+ZSCORE = "collapse/first_turn/mi_zscore"
+BASELINE = 3
+WINDOW = 3
 CHANCE_FACTOR = 2.0
-ENTROPY_FLOOR = 0.8
-PLATEAU_WINDOW = 5
-REGIMES = {
-    (False, False): "diverse, input-grounded",
-    (True, False): "template collapse",
-    (False, True): "compressed, input-grounded",
-    (True, True): "low-entropy collapse",
-}
-"""(MI low, H(Z|X) low) -> regime"""
+ENTROPY_BAND = (0.8, 2.0)
+ZSCORE_FRACTION = 0.25
+PLATEAU_WINDOW = 10
+
+TEMPLATE = "template collapse"
+BLOW_UP = "entropy blow-up"
+LOW_ENTROPY = "low-entropy collapse"
+NO_LOSS = "no MI loss"
+OUTCOMES = (TEMPLATE, BLOW_UP, LOW_ENTROPY, NO_LOSS)
+
+
+def start_and_levels(values: Sequence[float], baseline: int = BASELINE, window: int = WINDOW):
+    """(start, levels) of one stream: start = mean of the first `baseline` values; levels[i] = mean of values
+    i-window+1..i for i >= baseline+window-1, None before (NaN start when there are fewer values)."""
+    if len(values) < baseline:
+        return math.nan, [None] * len(values)
+    start = sum(values[:baseline]) / baseline
+    levels = [
+        sum(values[i - window + 1 : i + 1]) / window if i >= baseline + window - 1 else None for i in range(len(values))
+    ]
+    return start, levels
+
+
+def at_steps(history: History, steps: Sequence[int]) -> list[float]:
+    """The history's values at `steps` (NaN where it has none)."""
+    values = dict(history)
+    return [values.get(step, math.nan) for step in steps]
+
+
+def entropy_state(ratios: Sequence[float], band: tuple[float, float] = ENTROPY_BAND) -> str:
+    """The regime that entropies at `ratios` x their starts name under MI loss: above the band wins over below."""
+    if any(r > band[1] for r in ratios):
+        return BLOW_UP
+    if any(r < band[0] for r in ratios):
+        return LOW_ENTROPY
+    return TEMPLATE
 
 
 @dataclass(frozen=True)
-class Point:
-    """One diagnostics iteration of one scope: retrieval accuracy, its chance level and H(Z|X) (nats)."""
+class ScopePoint:
+    """One scope at one diagnostics step where its levels are defined: retrieval's level over twice chance's
+    (`closeness`, at most 1 under MI loss) and the ratios of the levels of its H(Z|X) and of token entropy to
+    their starts."""
 
     step: int
-    retrieval: float
-    chance: float
-    cond_entropy: float
+    closeness: float
+    cond_entropy_ratio: float
+    token_entropy_ratio: float
+
+    @property
+    def mi_lost(self) -> bool:
+        return self.closeness <= 1.0
+
+    @property
+    def entropy(self) -> str:
+        """The regime the entropies name (`TEMPLATE` when both are in the band)."""
+        return entropy_state((self.cond_entropy_ratio, self.token_entropy_ratio))
 
 
-def scope_points(run: RunRecord, scope: str) -> list[Point]:
-    """The run's diagnostics points of `scope` in step order, those with all three values finite."""
-    series = {
-        name: dict(run.metrics.get(f"collapse/{scope}/{name}", []))
-        for name in ("retrieval_acc", "retrieval_chance", "cond_entropy")
-    }
-    points = []
-    for step in sorted(series["retrieval_acc"]):
-        values = [series[name].get(step, math.nan) for name in series]
-        if all(math.isfinite(v) for v in values):
-            points.append(Point(step, *values))
-    return points
+def scope_points(run: RunRecord, scope: str) -> list[ScopePoint]:
+    """The scope's points, in step order, at the steps where retrieval, chance, H(Z|X) and token entropy were all
+    finite and the levels are defined."""
+    prefix = f"collapse/{scope}/"
+    steps = sorted(step for step, _ in run.metrics.get(prefix + "retrieval_acc", []))
+    keys = [prefix + "retrieval_acc", prefix + "retrieval_chance", prefix + "cond_entropy", TOKEN_ENTROPY]
+    columns = [at_steps(run.metrics.get(key, []), steps) for key in keys]
+    rows = [(step, *values) for step, *values in zip(steps, *columns) if all(map(math.isfinite, values))]
+    if not rows:
+        return []
+    steps, *columns = (list(c) for c in zip(*rows))
+    (_, retrieval), (_, chance), (h_start, cond), (t_start, token) = map(start_and_levels, columns)
+    return [
+        ScopePoint(step, r / (CHANCE_FACTOR * c), h / h_start, t / t_start)
+        for step, r, c, h, t in zip(steps, retrieval, chance, cond, token)
+        if r is not None
+    ]
 
 
-def mi_low(point: Point, chance_factor: float = CHANCE_FACTOR) -> bool:
-    return point.retrieval <= chance_factor * point.chance
+def stream_flag(history: History, steps: Sequence[int], fires: Callable[[float], bool]) -> int | None:
+    """The first of `steps` at which `fires(level / start)` holds for the stream `history` read at `steps`; None
+    also for a stream whose start is not positive (a ratio to it means nothing)."""
+    pairs = [(step, v) for step, v in zip(steps, at_steps(history, steps)) if math.isfinite(v)]
+    if not pairs:
+        return None
+    start, levels = start_and_levels([v for _, v in pairs])
+    if not start > 0:
+        return None
+    return next((step for (step, _), level in zip(pairs, levels) if level is not None and fires(level / start)), None)
 
 
-def entropy_low(point: Point, first: Point, floor: float = ENTROPY_FLOOR) -> bool:
-    """H(Z|X) below `floor` of the first diagnostics' (entropies here are positive nats)."""
-    return point.cond_entropy < floor * first.cond_entropy
+def entropy_flag(run: RunRecord, two_sided: bool, band: tuple[float, float] = ENTROPY_BAND) -> int | None:
+    """The first diagnostics step an entropy monitor fires: the level of token entropy or of either scope's H(Z|X)
+    below `band[0]` x its start, or (`two_sided`) also above `band[1]` x it."""
+    steps = sorted({step for scope in SCOPES for step, _ in run.metrics.get(f"collapse/{scope}/retrieval_acc", [])})
+
+    def fires(ratio: float) -> bool:
+        return ratio < band[0] or (two_sided and ratio > band[1])
+
+    keys = [TOKEN_ENTROPY, *(f"collapse/{scope}/cond_entropy" for scope in SCOPES)]
+    flags = [stream_flag(run.metrics.get(key, []), steps, fires) for key in keys]
+    return min((s for s in flags if s is not None), default=None)
 
 
-def regime(point: Point, first: Point) -> str:
-    return REGIMES[(mi_low(point), entropy_low(point, first))]
-
-
-def collapse_onset(points: Sequence[Point]) -> int | None:
-    """The first step of template collapse in one scope (MI low, H(Z|X) not low), None if it never came."""
-    return next((p.step for p in points if mi_low(p) and not entropy_low(p, points[0])), None)
-
-
-def first_step(history: History, predicate) -> int | None:
-    return next((step for step, value in history if predicate(value)), None)
-
-
-def entropy_flag(run: RunRecord, floor: float = ENTROPY_FLOOR) -> int | None:
-    """The first step an entropy monitor alone flags: token entropy (`actor/entropy`) or either scope's H(Z|X) below
-    `floor` x its first value; None if neither fell that far."""
-    steps = []
-    keys = ["actor/entropy", *(f"collapse/{scope}/cond_entropy" for scope in SCOPES)]
-    for history in (run.metrics.get(key, []) for key in keys):
-        finite = [(s, v) for s, v in history if math.isfinite(v)]
-        if finite:
-            start = finite[0][1]
-            steps.append(first_step(finite, lambda v, start=start: v < floor * start))
-    return min((s for s in steps if s is not None), default=None)
+def zscore_loss(run: RunRecord, fraction: float = ZSCORE_FRACTION) -> int | None:
+    """The first diagnostics step where the level of the first-turn MI z-score is at most `fraction` x its start
+    (the second MI-loss clause)."""
+    steps = [step for step, _ in run.metrics.get("collapse/first_turn/retrieval_acc", [])]
+    return stream_flag(run.metrics.get(ZSCORE, []), steps, lambda ratio: ratio <= fraction)
 
 
 def success_plateau(run: RunRecord, window: int = PLATEAU_WINDOW) -> int | None:
@@ -111,7 +170,7 @@ def success_plateau(run: RunRecord, window: int = PLATEAU_WINDOW) -> int | None:
 
 def alarm_onset(run: RunRecord) -> int | None:
     """The first step the run's collapse alarm was on (`collapse/alarm` = 1), None if it never fired or was off."""
-    return first_step(run.metrics.get("collapse/alarm", []), lambda v: v > 0.5)
+    return next((step for step, value in run.metrics.get("collapse/alarm", []) if value > 0.5), None)
 
 
 def replay_alarm(run: RunRecord, **settings) -> int | None:
@@ -120,135 +179,66 @@ def replay_alarm(run: RunRecord, **settings) -> int | None:
     from ragen_lit.metrics.alarm import CollapseAlarm
 
     alarm = CollapseAlarm(**settings)
-    steps = sorted({step for history in run.metrics.values() for step, _ in history})
-    by_step: dict[int, dict[str, float]] = {step: {} for step in steps}
+    by_step: dict[int, dict[str, float]] = {}
     for key, history in run.metrics.items():
         for step, value in history:
-            by_step[step][key] = value
-    return next((step for step in steps if alarm.update(by_step[step])), None)
+            by_step.setdefault(step, {})[key] = value
+    return next((step for step in sorted(by_step) if alarm.update(by_step[step])), None)
 
 
 @dataclass(frozen=True)
 class CollapseReading:
-    """One run's reading: where (if anywhere) each scope collapsed, the regime of its last diagnostics (the first
-    scope's, else the trajectory's), and when the alarm, an entropy monitor and the success plateau came."""
+    """One run's reading. `onset`: each scope's first step with MI loss; `outcome`: the regime at the run's first
+    MI loss (or `NO_LOSS`); `template`: the first step any scope was in template collapse; `regime_end`: the regime
+    of the last point (`NO_LOSS` when MI held there); `closest`: the lowest retrieval level over twice chance's at
+    a point whose entropies were in the band, and its step (at most 1: template collapse); `zscore`: the z-score
+    clause's first step; the monitors' and the success plateau's steps."""
 
     run: RunRecord
     onset: dict[str, int | None]
+    outcome: str
+    template: int | None
     regime_end: str | None
+    closest: tuple[float, int] | None
+    zscore: int | None
     alarm: int | None
-    entropy: int | None
+    entropy_falls: int | None
+    entropy_two_sided: int | None
     plateau: int | None
 
     @property
-    def collapsed(self) -> int | None:
-        """The first step either scope collapsed, None for a run that did not."""
+    def mi_loss(self) -> int | None:
+        """The first step either scope lost MI, None for a run that never did."""
         return min((s for s in self.onset.values() if s is not None), default=None)
+
+    def monitor(self, name: str) -> int | None:
+        return {"alarm": self.alarm, "entropy falls": self.entropy_falls, "entropy two-sided": self.entropy_two_sided}[
+            name
+        ]
+
+
+MONITORS = ("alarm", "entropy falls", "entropy two-sided")
 
 
 def read_run(run: RunRecord, alarm_settings: dict | None = None) -> CollapseReading:
     """`alarm_settings`: replay `CollapseAlarm` with them instead of reading the logged `collapse/alarm`."""
     points = {scope: scope_points(run, scope) for scope in SCOPES}
-    onset = {scope: collapse_onset(p) if p else None for scope, p in points.items()}
-    last = next((p for p in points.values() if p), None)
+    onset = {scope: next((p.step for p in pts if p.mi_lost), None) for scope, pts in points.items()}
+    lost = sorted((p.step, SCOPES.index(scope), p) for scope, pts in points.items() for p in pts if p.mi_lost)
+    outcome = lost[0][2].entropy if lost else NO_LOSS
+    template = next((step for step, _, p in lost if p.entropy == TEMPLATE), None)
+    last = next((pts[-1] for pts in points.values() if pts), None)
+    in_band = [(p.closeness, p.step) for pts in points.values() for p in pts if p.entropy == TEMPLATE]
     return CollapseReading(
         run,
         onset,
-        regime(last[-1], last[0]) if last else None,
+        outcome,
+        template,
+        None if last is None else (last.entropy if last.mi_lost else NO_LOSS),
+        min(in_band, default=None),
+        zscore_loss(run),
         replay_alarm(run, **alarm_settings) if alarm_settings is not None else alarm_onset(run),
-        entropy_flag(run),
+        entropy_flag(run, two_sided=False),
+        entropy_flag(run, two_sided=True),
         success_plateau(run),
     )
-
-
-@dataclass(frozen=True)
-class AlarmRates:
-    """How the alarm and an entropy monitor read a set of runs: hits among collapsed runs, false alarms among the
-    others, the alarm's step minus the collapse step of each hit (negative: it fired before the criterion was met)
-    and minus the success plateau's step (positive: it fired after success stopped improving)."""
-
-    collapsed: int
-    hits: int
-    healthy: int
-    false_alarms: int
-    leads: tuple[int, ...]
-    entropy_hits: int
-    entropy_false_alarms: int
-    after_plateau: tuple[int, ...]
-
-
-def alarm_rates(readings: Sequence[CollapseReading]) -> AlarmRates:
-    collapsed = [r for r in readings if r.collapsed is not None]
-    healthy = [r for r in readings if r.collapsed is None]
-    hits = [r for r in collapsed if r.alarm is not None]
-    return AlarmRates(
-        len(collapsed),
-        len(hits),
-        len(healthy),
-        sum(r.alarm is not None for r in healthy),
-        tuple(r.alarm - r.collapsed for r in hits),
-        sum(r.entropy is not None for r in collapsed),
-        sum(r.entropy is not None for r in healthy),
-        tuple(r.alarm - r.plateau for r in hits if r.plateau is not None),
-    )
-
-
-def _step(step: int | None) -> str:
-    return "–" if step is None else str(step)
-
-
-def _text(text: str) -> str:
-    """A table cell's text, its pipes escaped."""
-    return text.replace("|", "\\|")
-
-
-def _steps(steps: Sequence[int]) -> str:
-    return ", ".join(f"{step:+d}" for step in steps) or "–"
-
-
-def collapse_markdown(readings: Sequence[CollapseReading], baseline: str | None = None) -> str:
-    """A row per run (point, seed, each scope's collapse step, the regime at its end, the alarm's, the entropy
-    monitor's and the success plateau's steps, its final validation success), then per point: the runs that
-    collapsed, the difference of that share to the `baseline` point's with Newcombe's 95% interval
-    (`stats.proportion_difference`), the alarm's and the entropy monitor's hits and false alarms, and the alarm's
-    steps after the collapse and after the success plateau."""
-    lines = [
-        "| point | seed | collapsed (first turn) | collapsed (trajectory) | regime at the end | alarm | "
-        "entropy monitor | success plateau | final val success |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in readings:
-        final = r.run.metrics.get("val/success", [])
-        lines.append(
-            f"| {_text(r.run.label)} | {r.run.seed or r.run.name} | {_step(r.onset['first_turn'])}"
-            f" | {_step(r.onset['trajectory'])} | {r.regime_end or '–'} | {_step(r.alarm)} | {_step(r.entropy)} | "
-            f"{_step(r.plateau)} | {f'{final[-1][1]:.3f}' if final else '–'} |"
-        )
-    lines += [
-        "",
-        "| point | runs | collapsed | Δ collapsed share vs baseline [95% CI] | alarm on collapsed runs | "
-        "alarm on the others | alarm − collapse (steps) | alarm − success plateau (steps) | "
-        "entropy monitor on collapsed runs | entropy monitor on the others |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    points: dict[str, list[CollapseReading]] = {}
-    for r in readings:
-        points.setdefault(r.run.label, []).append(r)
-    reference = alarm_rates(points[baseline]) if baseline in points else None
-    for label, members in [*points.items(), ("all", list(readings))]:
-        rates = alarm_rates(members)
-        if reference is None or label == "all":
-            share = "–"
-        elif label == baseline:
-            share = "baseline"
-        else:
-            d = proportion_difference(
-                rates.collapsed, len(members), reference.collapsed, reference.collapsed + reference.healthy
-            )
-            share = f"{d.delta:+.3g} [{d.low:+.3g}, {d.high:+.3g}]"
-        lines.append(
-            f"| {_text(label)} | {len(members)} | {rates.collapsed} | {share} | {rates.hits}/{rates.collapsed}"
-            f" | {rates.false_alarms}/{rates.healthy} | {_steps(rates.leads)} | {_steps(rates.after_plateau)}"
-            f" | {rates.entropy_hits}/{rates.collapsed} | {rates.entropy_false_alarms}/{rates.healthy} |"
-        )
-    return "\n".join(lines) + "\n"

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragen_lit.analysis.collapse import collapse_markdown, read_run
+from ragen_lit.analysis.collapse import read_run
+from ragen_lit.analysis.collapse_report import collapse_markdown
 from ragen_lit.analysis.plots import write_figures
 from ragen_lit.analysis.predictors import check_predictor_options, predictors_heading, predictors_report, value_at
 from ragen_lit.analysis.runs import (
@@ -374,7 +375,8 @@ def run_compare(
     validation success; `predictors_at`: an iteration or `all` (`predictors.predictor_steps`), correlated with each
     run's last validation success or, with `predictors_target`, its mean validation success from that step on,
     each predictor the mean of its last `predictors_window` points (`predictors.predictors_report`); `collapse`: also
-    the per-run reading of template collapse, the alarm and an entropy monitor (`analysis.collapse`).
+    the per-run reading of MI loss and its regime, the alarm and two entropy monitors (`analysis.collapse`, tables
+    of `analysis.collapse_report`).
     """
     check_format(fmt)
     paths = [Path(t) for t in targets if Path(t).exists()]

@@ -301,8 +301,8 @@ class DiagnosticsConfig:
     gradient_buckets: bool = False
     """log task/regulariser gradient norms per RV bucket (paper Fig. 3; costly)"""
     on_collapse: str = checked("warn", choices=("warn", "stop", "off"))
-    """template-collapse alarm on the first-turn scope (retrieval falls towards chance, H(Z|X) holds; logged as
-    collapse/alarm):
+    """template-collapse alarm on the first-turn scope (retrieval falls towards chance while H(Z|X) does not fall:
+    template collapse, or an entropy blow-up, which `compare --collapse` tells apart; logged as collapse/alarm):
     warn (console line) | stop (end the run cleanly after that iteration's checkpoint) | off"""
     collapse_baseline: int = checked(3, ge=1)
     """alarm: the first this many diagnostics set the run's levels of first-turn retrieval above chance and of

@@ -10,14 +10,19 @@ last `window` entries after those, the alarm is on when both hold:
 1. the window's mean signal is at most `mi_fraction` × B: the reasoning lost most of its input dependence;
 2. the window's mean H is at least `entropy_floor` × H₀: it did not lose its diversity with it. If it did, the policy
    became low-entropy and deterministic, the other regime, which is not template collapse. (A rising entropy keeps
-   the alarm armed: reasoning that is both varied and input-independent is template collapse.)
+   the alarm armed: see "What it fires on".)
 
 Means over a window, not single entries: one diagnostics iteration scores at most `diagnostics.num_samples`
 reasonings, and its retrieval accuracy moves by several points between iterations of a healthy run. The defaults
-(3, 3, 0.2, 0.8) were chosen on 99 logged tiny-model Sokoban runs (docs/REPRODUCTION.md, "Template collapse"): the
-alarm fired in 10 of the 12 runs that reached the paper's collapse criterion (retrieval at most twice chance with
-H(Z|X) at 80% of its start), at most 2 iterations before and 4 after it, and in 1 of the 87 others. An entry
-without a finite signal or entropy (diagnostics not due, or nothing to score) is no point of the stream.
+(3, 3, 0.2, 0.8) were chosen on 99 logged tiny-model Sokoban runs. An entry without a finite signal or entropy
+(diagnostics not due, or nothing to score) is no point of the stream.
+
+What it fires on. Rule 2 bounds H(Z|X) from below only, so the alarm fires on any loss of input dependence that is
+not a low-entropy collapse: template collapse, where the entropies stay in their healthy band, and an entropy
+blow-up, where the reasoning dissolves into input-agnostic fragments as entropy rises, alike. An entropy monitor that
+also watches rises sees the second one too. `compare --collapse` (`analysis.collapse`) tells the regimes apart and
+sets a one-sided and a two-sided entropy monitor beside the alarm; docs/REPRODUCTION.md ("Template collapse at the
+shipped defaults", "MI loss under an entropy blow-up") gives their hits, false alarms and lead times.
 """
 
 from __future__ import annotations
