@@ -1,4 +1,4 @@
-"""Update time with and without SNR-aware filtering on the *same* rollout batch (ragen2.md §4).
+"""Update time with and without SNR-aware filtering on the *same* rollout batch (docs/METHOD.md §4).
 
     python scripts/bench_filter.py [--config conf/frozenlake.yaml] [key=value ...]
 

@@ -94,8 +94,8 @@ RECIPES = {
 }
 
 
-# Paper-scale recipes (conf/paper/): RAGEN-2's main-table settings (see the shared spec: ragen2.md §5-6 and the
-# reference code's defaults, ragen_reference.md §3-4). Settings neither states keep the dataclass defaults.
+# Paper-scale recipes (conf/paper/): RAGEN-2's main-table settings, from the paper and the reference implementation's
+# defaults (docs/METHOD.md §7). Settings neither states keep the dataclass defaults.
 PAPER_MODEL = "Qwen/Qwen2.5-3B-Instruct"
 PAPER = [
     "model.name=hf",

@@ -131,7 +131,7 @@ def test_std_score_changes_the_mass_but_not_the_order():
 
 
 def test_reference_numbers_linear_and_softmax_top_p():
-    # ragen_reference.md §7: stds [.52,.52,.3,.3,0,0,0,0], top_p 0.9
+    # docs/METHOD.md §4 (worked cases): stds [.52,.52,.3,.3,0,0,0,0], top_p 0.9
     rewards = groups_with_std([0.52, 0.52, 0.3, 0.3, 0, 0, 0, 0])
     assert select_groups(rewards, "top_p", 0.9, score="std").sum() == 4
     assert select_groups(rewards, "top_p_softmax", 0.9, score="std").sum() == 7
@@ -150,7 +150,7 @@ def test_reference_numbers_with_binary_rewards():
 
 
 def test_reference_numbers_sokoban_scale():
-    # ragen_reference.md §2.2: stds like [5, 4, 1, .5, 0 ...]: softmax keeps 2, linear keeps 3
+    # docs/METHOD.md §4 (worked cases): stds like [5, 4, 1, .5, 0 ...]: softmax keeps 2, linear keeps 3
     rewards = groups_with_std([5, 4, 1, 0.5, 0, 0, 0, 0])
     assert kept(select_groups(rewards, "top_p", 0.9, score="std")) == [0, 1, 2]
     assert kept(select_groups(rewards, "top_p_softmax", 0.9, score="std")) == [0, 1]

@@ -1,5 +1,5 @@
 """The paper-scale recipes (conf/paper/) load, validate, print through `python -m ragen_lit config`, hold the
-paper's settings (spec: ragen2.md §5-6, ragen_reference.md §3-4), and are exactly what scripts/make_configs.py
+paper's settings (docs/METHOD.md §7), and are exactly what scripts/make_configs.py
 writes (so are the CPU recipes in conf/)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Update time with and without SNR-aware filtering on the *same* rollout batch (ragen2.md §4).
+"""Update time with and without SNR-aware filtering on the *same* rollout batch (docs/METHOD.md §4).
 
 One rollout batch of the default FrozenLake recipe is generated once; then, for each filter setting,
 the kept rollouts are prepared (old log-probs, values, advantages) and the update (all mini-batch

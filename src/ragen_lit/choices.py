@@ -4,8 +4,8 @@
 implement each name (`algos`, `filtering`, `engines`, `models`, the cross-scorer) import the same tuple from here
 and check their own arguments against it.
 
-Algorithm presets (spec §5): `algo=ppo|dapo|grpo|drgrpo|gigpo` sets the `AlgoConfig` section in one word; single
-fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
+Algorithm presets (docs/METHOD.md §5): `algo=ppo|dapo|grpo|drgrpo|gigpo` sets the `AlgoConfig` section in one word;
+single fields can then be overridden (`algo=grpo algo.clip_high=0.2`).
 
 | preset | advantage | whitened | loss aggregation        | critic | dynamic sampling | overlong shaping |
 |--------|-----------|----------|-------------------------|--------|------------------|------------------|

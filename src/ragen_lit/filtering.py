@@ -1,4 +1,4 @@
-"""SNR-aware filtering (spec §4): score every prompt group by its within-group reward variance (RV),
+"""SNR-aware filtering (docs/METHOD.md §4): score every prompt group by its within-group reward variance (RV),
 keep the high-RV groups, and report the RV diagnostics logged every iteration.
 
 A batch of rollouts is `rewards: [G, K] float`, G groups (prompts) × K rollouts each, one episode
@@ -141,7 +141,7 @@ def select_groups(
     include_zero: bool = True,
     quartile: int | None = None,
 ) -> torch.Tensor:
-    """SNR-aware group selection (spec §4; reference §2.2): which prompt groups to train on.
+    """SNR-aware group selection (docs/METHOD.md §4): which prompt groups to train on.
 
     Candidates: every group, or with `include_zero=False` only groups with score > 1e-10 (this applies
     to every strategy). Then, with candidates ordered by descending score:
@@ -209,7 +209,7 @@ def dynamic_sampling_keep(rewards: torch.Tensor, num_groups: int) -> torch.Tenso
 
 
 def filter_stats(rewards: torch.Tensor, keep: torch.Tensor, score: str = "var") -> dict[str, float]:
-    """Reward-variance diagnostics of one iteration (spec §4 "Logged every iteration"; reference §2.5).
+    """Reward-variance diagnostics of one iteration (docs/METHOD.md §4, "Logged every iteration").
 
     - `kept_count`, `kept_ratio` (= kept / G), `empty` (1.0 if nothing is kept)
     - `reward_std_mean`, `reward_std_max`: in-group reward std (ddof=1, 0 for K = 1) over all groups;

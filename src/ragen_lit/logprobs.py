@@ -1,7 +1,7 @@
 """Token log-probabilities of a causal LM: the one implementation behind every use.
 
 Training (the policy-gradient ratio and the entropy bonus), the old-policy and reference passes, and
-the MI cross-scorer (ragen2.md §3, `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})`) all call
+the MI cross-scorer (docs/METHOD.md §3, `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})`) all call
 `token_logprobs`. It runs the backbone once and then applies the vocabulary head chunk by chunk, so
 that full-vocabulary fp32 logits never exist for the whole batch: at most `max_tokens_per_chunk`
 positions × vocabulary at a time. Under autograd each chunk is checkpointed, so backward keeps only

@@ -1,4 +1,4 @@
-"""The MI proxy family against hand-computed cases and an independent float64 reference of ragen2.md §3."""
+"""The MI proxy family against hand-computed cases and an independent float64 reference of docs/METHOD.md §3."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ EPS = 1e-3
 
 
 def reference_family(tok: list[list[float]], seq: list[list[float]], target: list[int], groups: list[int] | None):
-    """Spec §3 written out with Python floats: one loop per definition, no torch."""
+    """docs/METHOD.md §3 written out with Python floats: one loop per definition, no torch."""
     rows, columns = len(tok), len(tok[0])
     groups = list(range(columns)) if groups is None else groups
 

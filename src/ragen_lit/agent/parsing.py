@@ -2,7 +2,7 @@
 
 The generation prompt already ends with `<think>`, so the text parsed here is the continuation only.
 Malformed responses (missing or unordered tags) yield no reasoning and no actions; the rollout loop
-then charges the format penalty (ragen2.md §2).
+then charges the format penalty (docs/METHOD.md §2).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def reasoning_token_count(decode, response_ids: Sequence[int], text: str) -> int
     """How many of a turn's sampled tokens form its reasoning Z, as the policy sampled them: the tokens before the one
     in which `</think>` begins. `text` is `decode(response_ids)`; `decode` turns ids into text as it did.
 
-    The diagnostics score these tokens themselves (ragen2.md §3): re-encoding the parsed text can give another
+    The diagnostics score these tokens themselves (docs/METHOD.md §3): re-encoding the parsed text can give another
     tokenization (the text is stripped, and a policy can sample any split of a string), which the policy may find
     far less likely than what it sampled. None when the response has no `</think>` or `</think>` begins inside a token
     that also carries reasoning text (no token boundary separates the two); the caller then re-encodes the text.

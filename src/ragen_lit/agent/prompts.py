@@ -1,10 +1,10 @@
 """Chat messages the agent sees: the system instruction and one user message per turn.
 
-Format follows the reference's "full" multi-turn mode (ragen_reference.md §3.2): the system message
+Format follows the reference's "full" multi-turn mode (docs/METHOD.md §2): the system message
 states the task and the action set; every user message carries the previous turn's reward (from turn
 2 on), a warning if the previous turn had no valid action, the current state and the output format.
 The assistant answers `<think>…</think><answer>A || B</answer>`; the generation prompt ends with the
-opening `<think>` so that X (the prompt) ends exactly where the reasoning Z starts (ragen2.md §2).
+opening `<think>` so that X (the prompt) ends exactly where the reasoning Z starts (docs/METHOD.md §2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Advantage estimators: GAE, bi-level (turn-level) GAE, GRPO / Dr.GRPO, RLOO, GiGPO, and keep-rate scaling.
 
-Spec: `ragen2.md` §4–§5, `ragen_reference.md` §2.4 and §4.2. Token tensors are `[B, T]` (B
+The method: docs/METHOD.md §5 (and §4 for keep-rate scaling). Token tensors are `[B, T]` (B
 trajectories, T token positions) with a bool `mask` marking the assistant (loss) tokens; sequence
 tensors are `[B]`. Every function is pure; callers run them under `torch.no_grad()` on detached
 rewards, values and scores.
@@ -150,7 +150,7 @@ def bilevel_gae(
     lam: float = 1.0,
     high_level_gamma: float = 0.95,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bi-level (turn-level) GAE, `ragen_reference.md` §4.2.
+    """Bi-level (turn-level) GAE, docs/METHOD.md §5.
 
     A turn k is the run of valid tokens after the previous turn end up to and including its end token
     e_k (`turn_end_mask`; each row's last valid token always closes a turn, so tokens after the last
@@ -356,7 +356,7 @@ def gigpo_advantages(
 
 
 def scale_by_keep_rate(advantages: torch.Tensor, keep_ratio: float, mode: str) -> torch.Tensor:
-    """Keep-rate advantage scaling (spec §4, reference §2.4): A·1 (`none`), A·ρ (`linear`), A·√ρ (`sqrt`),
+    """Keep-rate advantage scaling (docs/METHOD.md §4): A·1 (`none`), A·ρ (`linear`), A·√ρ (`sqrt`),
     ρ = kept groups / all groups. It scales the policy-gradient term only.
 
     advantages: any shape float; keep_ratio in [0, 1] -> same shape.
@@ -392,7 +392,7 @@ def estimate_advantages(
     gigpo_step_weight: float = 1.0,
     gigpo_std_normalize: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token advantages of the estimator `algo.advantage` names (spec §5), in one place for every caller.
+    """Token advantages of the estimator `algo.advantage` names (docs/METHOD.md §5), in one place for every caller.
 
     - `gae`: `gae(token_rewards, values, mask, γ, λ)`; `bilevel_gae`: `bilevel_gae(…, turn_end_mask, …, γ_h)`;
       both then `whiten`ed when `whiten_advantages` (over all ranks' rows with `reduce`, see `whiten`), and both

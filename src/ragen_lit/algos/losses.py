@@ -1,5 +1,5 @@
 """PPO-family losses: clipped policy surrogate (clip-higher + dual-clip), clipped value loss, KL
-estimators against a frozen reference, and the loss aggregation modes of spec §5.
+estimators against a frozen reference, and the loss aggregation modes of docs/METHOD.md §5.
 
 Token tensors are `[B, T]` with a bool loss `mask` (assistant tokens). Losses are returned as 0-dim
 tensors carrying gradient; stats are 0-dim detached tensors. Every value at a position with `mask`
@@ -48,7 +48,7 @@ def aggregate_loss(
     num_seqs: int | float | torch.Tensor | None = None,
     norm_length: int | float | None = None,
 ) -> torch.Tensor:
-    """Reduce a per-token loss ℓ_{i,t} to a scalar (spec §5 "loss aggregation").
+    """Reduce a per-token loss ℓ_{i,t} to a scalar (docs/METHOD.md §5, `algo.loss_agg`).
 
     With n_i = Σ_t m_{i,t} valid tokens in sequence i, S = the sequences with n_i > 0:
       token-mean               Σ_{i,t} m·ℓ / N_tok                       (N_tok = Σ n_i)
@@ -155,7 +155,7 @@ def actor_loss(
     loss_agg: str = "token-mean",
     **agg_kwargs,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The actor's loss (spec §5): L = L_pg − c_H·agg(H) + c_KL·agg(KL(π_θ ‖ π_ref)), c_H = `entropy_coef`,
+    """The actor's loss (docs/METHOD.md §5): L = L_pg − c_H·agg(H) + c_KL·agg(KL(π_θ ‖ π_ref)), c_H = `entropy_coef`,
     c_KL = `kl_coef`, every term aggregated by `aggregate_loss(·, mask, loss_agg, **agg_kwargs)`.
 
     Each term is present when its inputs are: L_pg (`policy_loss`) when `advantages` (and `old_logprobs`) are

@@ -1,4 +1,4 @@
-"""`python -m ragen_lit diagnose`: the template-collapse MI family (ragen2.md §3) of a model on a rollouts file.
+"""`python -m ragen_lit diagnose`: the template-collapse MI family (docs/METHOD.md §3) of a model on a rollouts file.
 
 Input is JSONL, one object per reasoning sample, the format `fit` writes with `logging.save_rollouts=true`:
 `prompt` (decoded prompt text with its chat markup, ending with the opening `<think>`), `reasoning`

@@ -60,7 +60,7 @@ def format_report(result: DiagnoseResult, model: str, rollouts: str) -> str:
     values = result.values
     skipped = result.skipped.total()
     lines = [
-        "MI collapse diagnostics (ragen2.md §3)",
+        "MI collapse diagnostics (docs/METHOD.md §3)",
         f"model      {model}",
         f"rollouts   {rollouts}",
         f"rows       {result.rows_used} used, {skipped} skipped, of {result.rows_read} read",

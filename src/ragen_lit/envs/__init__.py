@@ -1,4 +1,4 @@
-"""Text environments (ragen_reference.md §3): FrozenLake, Sokoban, Countdown, MathQA, Coding, SearchQA,
+"""Text environments (docs/METHOD.md §6): FrozenLake, Sokoban, Countdown, MathQA, Coding, SearchQA,
 WebShop (lite).
 
 `make_env(name, **options)` builds one from a config (`env.name`, `env.options`) with errors that

@@ -1,4 +1,4 @@
-"""The text-environment contract every ragen_lit environment follows (ragen_reference.md §3.1).
+"""The text-environment contract every ragen_lit environment follows (docs/METHOD.md §6, common rules).
 
 An observation is a string, an action is one action name (discrete envs) or one answer string
 (free-form envs). `TextEnv` owns the parts every env shares: seeding, the per-episode budget of
@@ -63,7 +63,7 @@ class TextEnv(gymnasium.Env[str, str]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
     instruction: ClassVar[str] = ""
     actions: ClassVar[tuple[str, ...] | None] = None
-    # The reference validates on seeds 123..634 and trains on seeds from 10000 upwards (§3.1).
+    # The reference validates on seeds 123..634 and trains on seeds from 10000 upwards (docs/METHOD.md §6).
     validation_seeds: ClassVar[range] = range(123, 123 + 512)
     train_seed_base: ClassVar[int] = 10000
     # True for envs whose `step` mostly waits (a subprocess, I/O): the rollout loop then steps all of a turn's

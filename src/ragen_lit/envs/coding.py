@@ -1,4 +1,4 @@
-"""Coding: write a Python program that passes a problem's tests (DeepCoder-style; ragen_reference.md §3.7).
+"""Coding: write a Python program that passes a problem's tests (DeepCoder-style; docs/METHOD.md §6, Coding).
 
 The action is a whole program: the text inside `<answer>…</answer>`, or the first ```` ```python ```` block
 in it when there is one. A program that does not parse as Python is an invalid action (format penalty,

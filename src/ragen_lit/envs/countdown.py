@@ -5,9 +5,9 @@ target), so every instance is solvable; `solve` is an exhaustive solver for test
 `path` they are read instead from a JSONL, JSON-array or parquet file of Countdown-Tasks records (the
 format of Jiayi-Pan/Countdown-Tasks-3to4 on the HF hub, which TinyZero and RAGEN train on: `target`, an
 integer, and `nums`, the list of numbers); the instance of seed s is record `s % len(records)`.
-The single action is an arithmetic expression; it is scored as in the reference (ragen_reference.md
-§3.5): 1 if it uses exactly the given numbers and equals the target (|difference| < 1e-5), 0.1 if it
-uses exactly the given numbers but has another value, 0 otherwise.
+The single action is an arithmetic expression; it is scored as in the reference (docs/METHOD.md §6, Countdown):
+1 if it uses exactly the given numbers and equals the target (|difference| < 1e-5), 0.1 if it uses exactly the
+given numbers but has another value, 0 otherwise.
 
 Answers are never `eval`-ed: `safe_evaluate` parses them with `ast` and accepts only integer
 literals, the four binary operators, unary minus and parentheses, with caps on length, literal

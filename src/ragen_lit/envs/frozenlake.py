@@ -1,6 +1,6 @@
 """FrozenLake: walk from the start to the goal on a random frozen lake without falling into a hole.
 
-Follows the reference's `CoordFrozenLake` (ragen_reference.md §3.4): a random `size` x `size` map
+Follows the reference's `CoordFrozenLake` (docs/METHOD.md §6, FrozenLake): a random `size` x `size` map
 whose tiles are frozen with probability `p`, distinct random start and goal, resampled until the goal
 is reachable; with `success_rate` < 1 the move is slippery (gymnasium semantics: the intended move
 with probability `success_rate`, each perpendicular move with probability (1 - success_rate) / 2).

@@ -1,4 +1,4 @@
-"""MathQA: answer a math word problem (ragen_reference.md §3.6, the reference's MetaMathQA env).
+"""MathQA: answer a math word problem (docs/METHOD.md §6, MathQA; the reference's MetaMathQA env).
 
 Questions come from a JSONL, JSON-array or parquet file (`path`), by default the bundled synthetic set
 `ragen_lit/envs/data/mathqa_synthetic.jsonl` (made by `scripts/make_mathqa_data.py`). Two record formats

@@ -1,4 +1,4 @@
-"""SearchQA: answer a question by searching a local corpus (ragen_reference.md §3.7, the reference's SearchQA env).
+"""SearchQA: answer a question by searching a local corpus (docs/METHOD.md §6, SearchQA; the reference's search env).
 
 Actions are `search[query]` and `answer[text]`. A search returns the `top_k` passages of a BM25 retriever
 (`ragen_lit.envs.bm25`) as the next observation, each cut to `passage_max_chars`; at most `max_searches`

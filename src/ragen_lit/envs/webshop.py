@@ -1,7 +1,7 @@
 """WebShop (lite): find, customise and buy the product an instruction asks for, on text web pages.
 
 After WebShop (Yao et al. 2022, "WebShop: Towards Scalable Real-World Web Interaction with Grounded
-Language Agents"; ragen_reference.md §3.7), shrunk to run offline on a small generated catalog. The
+Language Agents"; docs/METHOD.md §6, WebShop), shrunk to run offline on a small generated catalog. The
 catalog and the instructions come from a JSON file (`path`), by default the bundled set
 `ragen_lit/envs/data/webshop_synthetic.json` made by `scripts/make_webshop_data.py`; the instance of
 seed s is instruction `s % len(goals)`.

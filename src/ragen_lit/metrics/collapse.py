@@ -1,4 +1,4 @@
-"""Online template-collapse diagnostics (ragen2.md §3): pick (X, Z) pairs from this iteration's
+"""Online template-collapse diagnostics (docs/METHOD.md §3): pick (X, Z) pairs from this iteration's
 rollouts, cross-score every reasoning under every prompt with the current policy, and feed the MI
 metric family. Two scopes, computed before filtering:
 

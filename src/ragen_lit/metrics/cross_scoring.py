@@ -1,4 +1,4 @@
-"""In-batch cross-scoring: the score matrices that the MI proxies are computed from (ragen2.md §3).
+"""In-batch cross-scoring: the score matrices that the MI proxies are computed from (docs/METHOD.md §3).
 
 For R reasoning samples z_r and N prompts x_j, with the model teacher-forced on `[x_j | z_r]`:
 `L_sum[r, j] = Σ_t log p(z_{r,t} | x_j, z_{r,<t})` and `L_tok[r, j] = L_sum[r, j] / |z_r|`.

@@ -1,4 +1,4 @@
-"""Template-collapse diagnostics: the MI proxy family of RAGEN-2 (ragen2.md §3) as torchmetrics.
+"""Template-collapse diagnostics: the MI proxy family of RAGEN-2 (docs/METHOD.md §3) as torchmetrics.
 
 Every metric takes rows of a cross-scoring matrix (`cross_scoring.cross_score`):
 `scores: [R, N] float` (row r = reasoning z_r scored under each of N prompts; per-token mean
@@ -65,7 +65,7 @@ def check_score_rows(
 
 
 def matched_and_marginal(scores: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-    """Row-wise matched and marginal log-probabilities (ragen2.md §3).
+    """Row-wise matched and marginal log-probabilities (docs/METHOD.md §3).
 
     Args: scores [R, N] float, target [R] long.
     Returns: matched [R] = scores[r, target_r]; marginal [R] = logsumexp_j scores[r, j] − log N

@@ -20,7 +20,7 @@ def collate(
 ) -> dict[str, torch.Tensor]:
     """Pad `trajectories` into a batch dict.
 
-    Rewards: the episode return sits on the last sampled token (ragen2.md §5); with
+    Rewards: the episode return sits on the last sampled token (docs/METHOD.md §5); with
     `turn_level_rewards` each turn's reward sits on that turn's last sampled token instead. The same end
     token carries the turn's anchor state for GiGPO (`turn_state_ids: [B, T] long`): equal ids mark equal
     env `state_key`s in this batch, -1 where the env gives none and on every other token."""

@@ -46,7 +46,7 @@ ROUND_SEED_STRIDE = 10**8
 def plan_minibatches(
     num_kept: int, num_total: int, num_minibatches: int, mode: str, epochs: int, generator: torch.Generator
 ) -> list[list[int]]:
-    """Row indices of each mini-batch (ragen2.md §4 keep-rate handling).
+    """Row indices of each mini-batch (docs/METHOD.md §4, keep-rate handling).
 
     `scale`: always `num_minibatches` optimizer steps per epoch; each mini-batch holds ~num_kept/num_minibatches
     rows, so a filtered iteration trains on fewer tokens. `fixed`: the unfiltered mini-batch size
