@@ -122,22 +122,30 @@ def test_the_multirun_reads_back_paths_and_names_of_any_characters(tmp_path):
     jobs = OverridesParser.create().parse_overrides([f"run={v}" for v in parsed["run"].sweep_string_iterator()])
     assert [job.value() for job in jobs] == ["x-seed0", "y.z-seed1"]  # each job's override, as Hydra's sweeper makes it
     assert parsed["hydra/launcher"].value() == "joblib" and parsed["hydra.launcher.n_jobs"].value() == 2
+    # Hydra's own lines off the console, a job's log kept in its file (options and keys of the installed hydra-core)
+    assert parsed["hydra/hydra_logging"].value() == "none"
+    assert parsed["hydra.job_logging.root.handlers"].value() == ["file"]
 
 
-def test_joblib_runs_each_run_as_a_job_and_reports_the_ones_that_failed(tmp_path, capsys):
+def test_joblib_runs_each_run_as_a_job_and_reports_the_ones_that_failed(tmp_path, capfd):
     """Two runs whose fit refuses its model folder (exit 2, before any training): each job records its run's end,
-    the sweep reports both from their markers and fails; the runs' logs hold the fit's error."""
+    the sweep reports both from their markers and fails; the runs' logs hold the fit's error. The console (the
+    multirun's output included: `capfd`) names each run once, in the sweep's own line, without Hydra's log lines;
+    each job's log is in its folder of Hydra's records."""
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--launcher", "joblib"]
     assert main([*args, "model.path=/no/a,/no/b", "hydra.launcher.verbose=0"]) == 1
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()
     assert "2 runs, through Hydra's joblib launcher" in out
     sweep = tmp_path / "s"
+    (records,) = (sweep / "hydra").iterdir()  # Hydra's records of the launch, one folder per job
     for point, folder in (("model.path=/no/a", "model.path-noa-seed0"), ("model.path=/no/b", "model.path-nob-seed0")):
         assert f"FAILED  {point} seed 0 (exit 2; see {sweep / folder / LOG_NAME})" in out
+        assert out.count(folder) == 1 and out.count(point) == 1, out
         assert (sweep / folder / FAILED_MARKER).read_text() == "exit 2\n"
         assert "no such folder" in (sweep / folder / LOG_NAME).read_text()
+        assert f"[INFO] - FAILED: {sweep / folder} (exit 2" in (records / folder / "s.log").read_text()
     assert "0 finished, 0 already done, 2 failed" in out
-    (records,) = (sweep / "hydra").iterdir()  # Hydra's records of the launch, one folder per job
+    assert "[HYDRA]" not in out + err and "[INFO]" not in out + err, (out, err)
     assert sorted(p.name for p in records.iterdir() if p.is_dir()) == ["model.path-noa-seed0", "model.path-nob-seed0"]
 
 

@@ -43,11 +43,17 @@ def test_a_preset_is_evaluated_with_pass_at_k_and_logged(tmp_path, capsys):
     assert env["success_low"] <= env["success"] <= env["success_high"]
     assert 3 <= env["effective_episodes"] <= 9
     assert set(env["rates"]) >= {"format_ok_rate", "valid_turn_rate", "num_turns", "response_tokens"}
-    assert "pass@1" in printed and "pass@2" in printed and "pass@3" in printed
+    assert list(env["pass_at_interval"]) == ["1", "2", "3"]
+    for k in ("1", "2", "3"):
+        low, high = env["pass_at_interval"][k]
+        assert low - 1e-9 <= env["pass_at"][k] <= high + 1e-9
+        assert f"pass@{k}           {env['pass_at'][k]:.3f}  [{low:.3f}, {high:.3f}]" in printed
     (run,) = _runs(tmp_path / "mlruns.db", "evaluation")
     assert run.data.tags["point"] == "tiny (evaluation on frozenlake: 3 episodes x 3, T=1)"
     assert run.data.metrics["eval/success"] == pytest.approx(env["success"])
     assert run.data.metrics["eval/pass_at_3"] == pytest.approx(env["pass_at"]["3"])
+    assert run.data.metrics["eval/pass_at_3_low"] == pytest.approx(env["pass_at_interval"]["3"][0])
+    assert run.data.metrics["eval/pass_at_3_high"] == pytest.approx(env["pass_at_interval"]["3"][1])
     assert run.data.params["evaluate.samples"] == "3"
     assert run.info.status == "FINISHED"
 

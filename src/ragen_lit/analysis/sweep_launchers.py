@@ -42,6 +42,11 @@ RECORDS = "hydra"
 """the folder in a sweep's folder that keeps each launch's Hydra and submitit records (`<sweep>/hydra/<time>/`)"""
 PARALLEL_KEY = {"joblib": "n_jobs", "submitit_slurm": "array_parallelism"}
 """the plugin setting `--parallel` maps to (submitit_local starts every job at once: it has none)"""
+QUIET = ("hydra/hydra_logging=none", "hydra.job_logging.root.handlers=[file]")
+"""Hydra's logging in a sweep's multirun: none of its own (`hydra_logging/none`: the launcher's INFO lines, `Launching
+jobs` and one per job, are not printed; warnings still reach stderr), and a job's log to its file alone
+(`<records>/<run>/<sweep name>.log`, job_logging's `file` handler without its `console` one), so that the console
+shows each run once, in `sweep`'s own `done`/`FAILED` line"""
 ONE_PROCESS = ("tasks_per_node", "nodes")
 """submitit settings that would run a job's task, and with it the run's `fit`, several times at once"""
 
@@ -147,13 +152,15 @@ def _launcher_config(launcher: str, settings: list[str]) -> dict:
 
 def multirun_command(sweep: Path, runs: list[str], launcher: str, settings: list[str], records: Path) -> list[str]:
     """`python -m ragen_lit.sweep_app --multirun ...`: one job per run folder name of `runs` in the folder `sweep`,
-    Hydra's records in `records` (a job's in `<records>/<run>/`)."""
+    Hydra's records in `records` (a job's in `<records>/<run>/`, its log included), Hydra quiet on the console
+    (`QUIET`)."""
     return [
         sys.executable,
         "-m",
         "ragen_lit.sweep_app",
         "--multirun",
         f"hydra/launcher={launcher}",
+        *QUIET,
         f"hydra.sweep.dir={quoted_value(str(records))}",
         "hydra.sweep.subdir=${run}",
         f"hydra.job.name={quoted_value(sweep.name)}",

@@ -25,6 +25,7 @@ from ragen_lit.evaluation.report import EnvEvaluation
 REPORT_FOLDER = "evaluations"
 ARTIFACT = "evaluation.json"
 _PARAM_BATCH = 100  # MLflow takes at most this many params per call
+_METRIC_BATCH = 1000  # and this many metrics: K samples log 3 K pass@k metrics (value and interval)
 
 
 def report_path(out: str | None, run_json: Path | None, cfg: Config) -> Path:
@@ -109,7 +110,9 @@ def log_evaluation(
     for start in range(0, len(items), _PARAM_BATCH):
         client.log_batch(run_id, params=items[start : start + _PARAM_BATCH])
     step, now = evaluated.iteration or 0, int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in result.metrics().items()])
+    metrics = [Metric(k, v, now, step) for k, v in result.metrics().items()]
+    for start in range(0, len(metrics), _METRIC_BATCH):
+        client.log_batch(run_id, metrics=metrics[start : start + _METRIC_BATCH])
     client.log_dict(run_id, result.to_json(), ARTIFACT)
     client.set_terminated(run_id, "FINISHED")
     return uri, run_id

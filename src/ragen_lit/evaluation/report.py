@@ -2,7 +2,8 @@
 
 Episodes and turns are counted as `fit` counts its validation (`agent.trajectory.rollout_metrics`): success and
 reward per episode, the format rate (a reply with a `<think>…</think>` part) and the valid-action rate per turn,
-tokens sampled per turn and held per episode. pass@k and the success interval come from `estimators`.
+tokens sampled per turn and held per episode. pass@k, its bootstrap interval over episodes and the success interval
+come from `estimators`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
-from ragen_lit.evaluation.estimators import effective_episodes, mean_pass_at_k, success_interval
+from ragen_lit.evaluation.estimators import (
+    BOOTSTRAP_RESAMPLES,
+    effective_episodes,
+    mean_pass_at_k,
+    pass_at_k_intervals,
+    success_interval,
+)
 
 CONFIDENCE = 0.95
 PREFIX = "eval"
@@ -38,6 +45,8 @@ class EnvEvaluation:
     """the independent episodes the interval counts (`estimators.effective_episodes`)"""
     pass_at: dict[int, float]
     """pass@k for k = 1..K (unbiased estimator)"""
+    pass_at_interval: dict[int, tuple[float, float]]
+    """per k, pass@k's 95% percentile bootstrap interval over the N episodes (`estimators.pass_at_k_intervals`)"""
     rates: dict[str, float]
     """`rollout_metrics` of all N x K episodes without their prefix: reward, num_turns, num_actions,
     valid_turn_rate, format_ok_rate, response_tokens (per turn), sequence_tokens (per episode), success"""
@@ -57,11 +66,14 @@ class EnvEvaluation:
             }
         )
         logged.update({f"{PREFIX}/pass_at_{k}": value for k, value in self.pass_at.items()})
+        for k, (low, high) in self.pass_at_interval.items():
+            logged.update({f"{PREFIX}/pass_at_{k}_low": low, f"{PREFIX}/pass_at_{k}_high": high})
         return logged
 
     def to_json(self) -> dict:
         record = asdict(self)
         record["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
+        record["pass_at_interval"] = {str(k): list(v) for k, v in self.pass_at_interval.items()}
         return record
 
 
@@ -100,22 +112,37 @@ def evaluate_trajectories(
         success_high=high,
         effective_episodes=effective_episodes(successes, samples),
         pass_at={k: mean_pass_at_k(successes, samples, k) for k in range(1, samples + 1)},
+        pass_at_interval=pass_at_k_intervals(successes, samples, CONFIDENCE),
         rates=rates,
         seconds=seconds,
     )
 
 
+SHOWN_ALL_UP_TO = 8
+"""With K at most this, the text report shows pass@k for every k; above it, a line per power of two and K"""
+
+
 def shown_k(samples: int) -> list[int]:
-    """The k whose pass@k the text report shows: the powers of two below K, and K."""
+    """The k whose pass@k the text report shows, a line each: every k = 1..K when K <= 8 (K = 4 shows pass@1, 2, 3
+    and 4); for larger K the powers of two below K, and K (K = 100: 1, 2, 4, ..., 64, 100), so a report of many
+    samples stays a dozen lines. The JSON report and MLflow hold every k."""
+    if samples <= SHOWN_ALL_UP_TO:
+        return list(range(1, samples + 1))
     ks = [k for k in (2**i for i in range(samples.bit_length())) if k < samples]
     return [*ks, samples]
+
+
+def _pass_line(result: EnvEvaluation, k: int, note: str) -> str:
+    low, high = result.pass_at_interval[k]
+    return f"  {f'pass@{k}':<16} {result.pass_at[k]:.3f}  [{low:.3f}, {high:.3f}]{note}"
 
 
 def format_evaluation(result: EnvEvaluation) -> str:
     """The text block of one environment."""
     n, k = len(result.seeds), result.samples
     r = result.rates
-    passes = "  ".join(f"pass@{j} {result.pass_at[j]:.3f}" for j in shown_k(k))
+    note = f" ({CONFIDENCE:.0%} interval, {BOOTSTRAP_RESAMPLES} bootstrap resamples of the {n} episodes)"
+    passes = [_pass_line(result, j, note if i == 0 else "") for i, j in enumerate(shown_k(k))]
     episodes = f"{n} episodes" if k == 1 else f"{n} episodes x {k} samples ({n * k} played)"
     return "\n".join(
         [
@@ -123,7 +150,7 @@ def format_evaluation(result: EnvEvaluation) -> str:
             f"sampling seed {result.sampling_seed}",
             f"  success          {result.success:.3f}  [{result.success_low:.3f}, {result.success_high:.3f}] "
             f"({CONFIDENCE:.0%} interval, {result.effective_episodes:.1f} independent episodes)",
-            f"  {passes}",
+            *passes,
             f"  format ok        {r['format_ok_rate']:.3f} of turns   valid action {r['valid_turn_rate']:.3f} of turns",
             f"  turns            {r['num_turns']:.2f} per episode   actions {r['num_actions']:.2f}   "
             f"reward {r['reward']:.3f}",
