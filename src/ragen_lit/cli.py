@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="table and figures comparing runs (grouped by grid point) from MLflow")
     p_cmp.add_argument("targets", nargs="*", help="folders to search for **/mlruns.db, or run ids/names/points")
     p_cmp.add_argument("--tracking-uri", help="one more MLflow store or server")
-    p_cmp.add_argument("--baseline", help="the point to difference against (default: one with strategy=none)")
+    p_cmp.add_argument("--baseline", help="a point, or KEY=VALUE: per block of other factors (default: strategy=none)")
     p_cmp.add_argument("--format", default="markdown", help="markdown (default) | csv | json")
     p_cmp.add_argument("--out", help="folder for the figures and table (default: <first PATH>/compare)")
     p_cmp.add_argument(

@@ -1,8 +1,10 @@
 """`python -m ragen_lit compare`: one table of runs grouped by grid point, against a baseline, plus figures.
 
 Per run, each column reduces one logged metric history to a number (a missing metric gives NaN, shown
-"–"); per grid point the table shows mean ± sample std over its runs (seeds), and the difference of final
-validation success against the baseline point with a 95% Welch interval (see `stats.welch_difference`).
+"–"; `compare_columns`); per grid point the table shows mean ± sample std over its runs (seeds), and the difference of
+final validation success against the baseline point with a 95% Welch interval (see `stats.welch_difference`). With a
+factor's level as the baseline the table is one per block of the other factors' levels, each against its own point at
+that level (`compare_blocks`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import io
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ragen_lit.analysis.collapse import read_run
 from ragen_lit.analysis.collapse_report import collapse_markdown
+from ragen_lit.analysis.compare_blocks import AUTO_LEVEL, Block, choose_blocks, collapse_by_block
+from ragen_lit.analysis.compare_columns import COLUMNS, DIFF_COLUMN, Column, choose_columns
 from ragen_lit.analysis.plots import write_figures
-from ragen_lit.analysis.predictors import check_predictor_options, predictors_heading, predictors_report, value_at
+from ragen_lit.analysis.predictors import check_predictor_options, predictors_heading, predictors_report
 from ragen_lit.analysis.runs import (
     STORE_NAME,
     RunRecord,
@@ -42,76 +46,6 @@ BASELINE_HINT = "strategy=none"  # the unfiltered point is the natural reference
 MISSING = "–"
 
 
-def _last(values: list[float]) -> float:
-    return values[-1]
-
-
-def _mean_last3(values: list[float]) -> float:
-    return sum(values[-3:]) / len(values[-3:])
-
-
-def _mean_after_first(values: list[float]) -> float:
-    """The steady-state mean: every value but the first (a run's first iteration pays its warm-up: CUDA graph
-    capture, compilation), or the only value of a one-iteration run."""
-    rest = values[1:] or values
-    return sum(rest) / len(rest)
-
-
-REDUCERS: dict[str, Callable[[list[float]], float]] = {
-    "last": _last,
-    "first": lambda v: v[0],
-    "max": max,
-    "mean": lambda v: sum(v) / len(v),
-    "mean_last3": _mean_last3,
-    "mean_after_first": _mean_after_first,
-}
-AT_STEP = "at"
-"""`at<N>`: the value logged at step N exactly (NaN for a run that logged none there), e.g. `val/success:at10`"""
-
-
-def check_reducer(reduce: str) -> bool:
-    """Whether `reduce` names a reducer: one of `REDUCERS` or `at<N>` for a step N >= 0."""
-    return reduce in REDUCERS or (reduce.startswith(AT_STEP) and reduce[len(AT_STEP) :].isdigit())
-
-
-@dataclass(frozen=True)
-class Column:
-    """A table column: `reduce` applied to the values (in step order) of the metric `metric`."""
-
-    key: str
-    title: str
-    metric: str
-    reduce: str
-
-    def value(self, run: RunRecord) -> float:
-        history = run.metrics.get(self.metric)
-        if not history:
-            return math.nan
-        if self.reduce.startswith(AT_STEP) and self.reduce not in REDUCERS:
-            return value_at(history, int(self.reduce[len(AT_STEP) :]))
-        return REDUCERS[self.reduce]([v for _, v in history])
-
-
-# the definitions of these values are in `build_table`'s docstring
-COLUMNS = (
-    Column("val_success_final", "final val success", "val/success", "last"),
-    Column("val_success_best", "best val success", "val/success", "max"),
-    Column("train_success", "train success (last 3)", "rollout/success", "mean_last3"),
-    Column("mi_retrieval_acc", "MI retrieval acc", "collapse/first_turn/retrieval_acc", "last"),
-    Column("mi_retrieval_chance", "MI chance", "collapse/first_turn/retrieval_chance", "last"),
-    Column("mi_est", "MI estimate (nats)", "collapse/first_turn/mi_est", "last"),
-    Column("token_entropy", "token entropy", "actor/entropy", "last"),
-    Column("kept_ratio", "kept ratio", "filter/kept_ratio", "mean"),
-    Column("rv_cv", "Std(RV)/Mean(RV)", "filter/rv_cv", "mean"),
-    Column("step_time_s", "step time (s)", "time/iteration_s", "mean"),
-)
-DIFF_COLUMN = COLUMNS[0]
-# shown by default when an evaluation (`python -m ragen_lit evaluate`) is among the runs
-EVAL_COLUMNS = (Column("eval_success", "eval success", "eval/success", "last"),)
-# columns known by name for --metrics and --differences, not shown by default
-EXTRA_COLUMNS = (Column("val_success_mean", "mean val success", "val/success", "mean"),)
-
-
 @dataclass(frozen=True)
 class Row:
     """One grid point: its runs (of which `unfinished` did not finish: killed, failed or still running), each
@@ -128,34 +62,16 @@ class Row:
 
 @dataclass(frozen=True)
 class Table:
+    """`baseline`: the point every row is differenced against; with `blocks`, the factor's level (`KEY=VALUE`) of
+    each block's own baseline point, `automatic` when it was chosen by default (`compare_blocks.choose_blocks`). The
+    rows are in block order."""
+
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     baseline: str
     differences: tuple[Column, ...] = (DIFF_COLUMN,)
-
-
-def choose_columns(names: Sequence[str] | None, runs: Sequence[RunRecord]) -> tuple[Column, ...]:
-    """The default columns (with `eval success` when an evaluation is among `runs`), or the named ones: a column key
-    (`val_success_final`) or any logged metric key with an optional reducer (`rollout/reward`, `rollout/reward:mean`;
-    default: last)."""
-    if not names:
-        evaluated = any(column.metric in run.metrics for run in runs for column in EVAL_COLUMNS)
-        return (*COLUMNS, *EVAL_COLUMNS) if evaluated else COLUMNS
-    known = {c.key: c for c in (*COLUMNS, *EVAL_COLUMNS, *EXTRA_COLUMNS)}
-    logged = {key for run in runs for key in run.metrics}
-    chosen = []
-    for name in names:
-        metric, _, reduce = name.partition(":")
-        if name in known:
-            chosen.append(known[name])
-        elif metric in logged and check_reducer(reduce or "last"):
-            chosen.append(Column(name, name, metric, reduce or "last"))
-        else:
-            raise ConfigError(
-                f"unknown metric '{name}': use a column ({', '.join(known)}) or a logged metric key such as "
-                f"'rollout/reward', optionally ':{'|'.join(REDUCERS)}|{AT_STEP}<step>'"
-            )
-    return tuple(chosen)
+    blocks: tuple[Block, ...] = ()
+    automatic: bool = False
 
 
 def group_runs(runs: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
@@ -184,7 +100,8 @@ def build_table(
 ) -> Table:
     """One row per label (grid point): each column's mean ± sample std over the label's runs, with n the
     runs that logged the metric, and for each of `differences` (default: final validation success) the difference
-    to the baseline (`choose_baseline`) with its Welch interval.
+    to the baseline (`choose_baseline`), or to its block's baseline (`compare_blocks.choose_blocks`: `baseline` a
+    factor's level), with its Welch interval.
 
     The default columns, per run, from the run's history of each metric in step order (missing: NaN):
 
@@ -205,19 +122,26 @@ def build_table(
     groups = group_runs(runs)
     if not groups:
         raise ConfigError("no runs found to compare")
-    reference = choose_baseline(list(groups), baseline)
+    blocks, automatic = choose_blocks(list(groups), baseline)
+    if blocks:
+        reference = {label: block.baseline for block in blocks for label in block.labels}
+        level = AUTO_LEVEL if baseline is None else baseline
+    else:
+        level = choose_baseline(list(groups), baseline)
+        reference = dict.fromkeys(groups, level)
     rows = []
-    for label, members in groups.items():
+    for label in reference:
+        members = groups[label]
         values = {c.key: [c.value(r) for r in members] for c in columns}
         deltas = {}
-        if label != reference:
+        if label != reference[label]:
             for column in differences:
-                point, base = ([column.value(r) for r in runs] for runs in (members, groups[reference]))
+                point, base = ([column.value(r) for r in runs] for runs in (members, groups[reference[label]]))
                 deltas[column.key] = welch_difference(point, base, CONFIDENCE)
         unfinished = sum(r.status != "FINISHED" for r in members)
         cells = {k: summarize(v) for k, v in values.items()}
         rows.append(Row(label, tuple(members), values, cells, deltas, unfinished))
-    return Table(columns, tuple(rows), reference, differences)
+    return Table(columns, tuple(rows), level, differences, blocks, automatic)
 
 
 def _num(x: float) -> str:
@@ -246,36 +170,57 @@ def _runs_cell(row: Row) -> str:
     return f"{len(row.runs)} ({row.unfinished} unfinished)" if row.unfinished else str(len(row.runs))
 
 
-def to_markdown(table: Table) -> str:
-    """A GitHub table: one row per point, `mean ± std` per column (n shown where fewer runs had the metric), a Δ
-    column per difference column; a point with unfinished runs says how many in its n."""
+def _markdown_rows(table: Table, rows: Sequence[Row]) -> list[str]:
     head = ["point", "n"] + [c.title for c in table.columns]
     head += [f"Δ {c.title} vs baseline [{CONFIDENCE:.0%} CI]" for c in table.differences]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in table.rows:
+    for row in rows:
         cells = [row.label.replace("|", "\\|"), _runs_cell(row)]
         cells += [_cell(row.cells[c.key], len(row.runs)) for c in table.columns]
         cells += [_difference_cell(row.differences.get(c.key)) for c in table.differences]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    return lines
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub table: one row per point, `mean ± std` per column (n shown where fewer runs had the metric), a Δ
+    column per difference column; a point with unfinished runs says how many in its n. With blocks, one such table
+    per block under a line naming it (`algo.name=grpo:`)."""
+    if not table.blocks:
+        lines = [*_markdown_rows(table, table.rows), ""]
+        baseline = table.baseline
+    else:
+        rows = {row.label: row for row in table.rows}
+        lines = []
+        for block in table.blocks:
+            lines += [f"{block.name}:", "", *_markdown_rows(table, [rows[label] for label in block.labels]), ""]
+        chosen = " (by default: every block has exactly one)" if table.automatic else ""
+        baseline = f"the point with {table.baseline} in each block{chosen}"
     lines.append(
-        f"mean ± sample std over seeds; baseline: {table.baseline}; Δ = mean difference with a Welch "
+        f"mean ± sample std over seeds; baseline: {baseline}; Δ = mean difference with a Welch "
         f"{CONFIDENCE:.0%} interval; {MISSING}: not logged"
     )
     return "\n".join(lines) + "\n"
 
 
+def _block_names(table: Table) -> dict[str, str]:
+    """Each point's block (none without blocks)."""
+    return {label: block.name for block in table.blocks for label in block.labels}
+
+
 def to_csv(table: Table) -> str:
-    """One row per point: label, n_runs, n_unfinished, seeds, `<column>_mean/_std/_n` and per difference column
-    `delta_<column>` with its `_low`, `_high` and `_df` (empty on the baseline row)."""
+    """One row per point: its block (with blocks only), label, n_runs, n_unfinished, seeds, `<column>_mean/_std/_n`
+    and per difference column `delta_<column>` with its `_low`, `_high` and `_df` (empty on the baseline row)."""
     out = io.StringIO()
     writer = csv.writer(out)
-    header = ["point", "n_runs", "n_unfinished", "seeds"]
+    blocks = _block_names(table)
+    header = (["block"] if blocks else []) + ["point", "n_runs", "n_unfinished", "seeds"]
     header += [f"{c.key}_{part}" for c in table.columns for part in ("mean", "std", "n")]
     header += [f"delta_{c.key}{part}" for c in table.differences for part in ("", "_low", "_high", "_df")]
     writer.writerow(header)
     for row in table.rows:
-        record = [row.label, len(row.runs), row.unfinished, " ".join(_seeds(row))]
+        record = [blocks[row.label]] if blocks else []
+        record += [row.label, len(row.runs), row.unfinished, " ".join(_seeds(row))]
         record += [x for c in table.columns for x in (row.cells[c.key].mean, row.cells[c.key].std, row.cells[c.key].n)]
         for column in table.differences:
             d = row.differences.get(column.key)
@@ -288,15 +233,17 @@ def to_csv(table: Table) -> str:
 def to_dict(table: Table) -> dict:
     """Every number of the table, NaN and inf as None (JSON has neither): per point each column's mean, std,
     n and per-run values (in run order, with the run ids), and per difference column the difference to the
-    baseline (none on the baseline row)."""
+    baseline (none on the baseline row). With blocks, each point's `block` and the `blocks` with their baselines."""
 
     def clean(x: float) -> float | None:
         return x if math.isfinite(x) else None
 
+    blocks = _block_names(table)
     rows = []
     for row in table.rows:
         rows.append(
             {
+                **({"block": blocks[row.label]} if blocks else {}),
                 "label": row.label,
                 "n_runs": len(row.runs),
                 "n_unfinished": row.unfinished,
@@ -317,13 +264,17 @@ def to_dict(table: Table) -> dict:
                 },
             }
         )
-    return {
+    data = {
         "baseline": table.baseline,
         "confidence": CONFIDENCE,
         "columns": [c.__dict__ for c in table.columns],
         "differences": [c.__dict__ for c in table.differences],
         "rows": rows,
     }
+    if table.blocks:
+        data["automatic"] = table.automatic
+        data["blocks"] = [{"block": b.name, "baseline": b.baseline, "points": list(b.labels)} for b in table.blocks]
+    return data
 
 
 def _seeds(row: Row) -> list[str]:
@@ -416,7 +367,8 @@ def run_compare(
             sys.stdout.write(f"\n{predictors_heading(predictors_target, predictors_window)}\n\n" + predictors)
         extra.append(("predictors.md", predictors))
     if collapse:
-        readings = collapse_markdown([read_run(run) for run in trained], table.baseline)
+        read = [read_run(run) for run in trained]
+        readings = collapse_by_block(read, table.blocks) if table.blocks else collapse_markdown(read, table.baseline)
         if fmt == "markdown":
             sys.stdout.write("\nTemplate collapse, run by run (steps are iterations; –: never):\n\n" + readings)
         extra.append(("collapse.md", readings))
@@ -440,6 +392,7 @@ def run_compare(
             "baseline": table.baseline,
             "points": str(len(table.rows)),
             "runs": str(len(runs)),
+            **({"blocks": str(len(table.blocks))} if table.blocks else {}),
         },
     )
     print(f"figures and table: {folder} ({', '.join(p.name for p in files + tables)})", file=sys.stderr)
