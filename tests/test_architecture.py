@@ -92,15 +92,18 @@ ALLOWED: dict[str, set[str]] = {
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
-    "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training"},
+    # preflight: a sweep runs fit's checks on every planned run before any starts
+    "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training", "preflight"},
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
-    # Wilson interval and the role tag `compare` reads
+    # Wilson interval and the role tag `compare` reads; machine_bounds: the host bound of episodes x samples
     "evaluation": {
         "errors",
         "typed_fields",
         "config",
         "agent",
         "checkpoints",
+        "checkpoint_files",
+        "machine_bounds",
         "models",
         "presets",
         "preflight",

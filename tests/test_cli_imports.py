@@ -22,6 +22,12 @@ HEAVY = ("torch", "transformers", "lightning")
         (["fit", "--config", CONF, "filter.value=7"], 2),
         (["config", "--config", CONF, "rollout.max_new_tokens=100000"], 2),
         (["fit", "--config", CONF, "trainer.resume=/runs/a/iter-epoch=0001.ckpt"], 2),
+        # evaluate's and sweep's refusals of sizes no machine holds come before any model or engine is imported
+        (["evaluate", "--model", "tiny", "--samples", "0"], 2),
+        (["evaluate", "--model", "tiny", "--episodes", "2000000000"], 2),
+        (["evaluate", "--model", "tiny", "--samples", "1000000000"], 2),
+        (["sweep", "--config", CONF, "--seeds", "100000000"], 2),
+        (["sweep", "--config", CONF, "rollout.groups=range(1,1000000000)"], 2),
     ],
 )
 def test_help_and_a_config_error_import_no_torch_transformers_or_lightning(args, code):

@@ -169,8 +169,7 @@ def _fit_command(args) -> int:
     overrides = list(args.overrides)
     if args.tracking_uri:
         overrides.append(f"logging.tracking_uri={args.tracking_uri}")
-    cfg = load_config(args.config, overrides)
-    fit(cfg, verbose=args.verbose)
+    fit(load_config(args.config, overrides), verbose=args.verbose)
     return 0
 
 
@@ -318,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     p_cfg.set_defaults(func=_config_command)
     p_sweep = sub.add_parser("sweep", help="a grid of fits (Hydra's sweep grammar) x seeds, one process each")
     p_sweep.add_argument("--config", help="YAML config every run starts from (see conf/)")
-    p_sweep.add_argument("--seeds", type=int, default=1, help="runs per grid point, trainer.seed = 0..N-1")
+    seeds_help = "runs per grid point, trainer.seed = 0..N-1 (a sweep makes at most 10,000 runs: grid points x seeds)"
+    p_sweep.add_argument("--seeds", type=int, default=1, help=seeds_help)
     p_sweep.add_argument(
         "--parallel",
         type=int,

@@ -4,7 +4,8 @@ is made, so that a size this machine cannot hold is refused in one line naming t
 - threads and devices: no more than this machine has;
 - the episodes of one iteration (`rollout.groups` x `rollout.group_size` rollouts, times `algo.max_sampling_rounds`
   with dynamic sampling, or `validation.num_envs`), each up to `rollout.max_context_tokens` tokens, held on the host
-  at `HOST_BYTES_PER_TOKEN`, fit in the memory available now;
+  at `HOST_BYTES_PER_TOKEN`, fit in the memory available now (`host_episodes`: the same bound holds `evaluate`'s
+  episodes x samples);
 - where the model's `config.json` is on this machine without a download (a preset, a local folder, the hub cache):
   the context fits the model's window (`max_position_embeddings`), a generation batch's key/value cache
   (min(`rollout.max_batch_size`, rollouts) sequences of up to the context, at the engine's dtype) and a cross-scorer
@@ -154,10 +155,25 @@ def _rollouts(cfg) -> int:
     return cfg.rollout.groups * cfg.rollout.group_size * rounds
 
 
+def host_episodes(cfg, memory: int) -> int:
+    """How many episodes of up to `rollout.max_context_tokens` tokens `memory` bytes of host memory hold."""
+    return memory // (cfg.rollout.max_context_tokens * HOST_BYTES_PER_TOKEN)
+
+
+def host_need(cfg, episodes: int, memory: int) -> str:
+    """`<episodes> episodes of up to rollout.max_context_tokens=<n> tokens need up to <GiB> of host memory and this
+    machine has <GiB> available`: the reason of a refusal by `host_episodes`."""
+    context = cfg.rollout.max_context_tokens
+    need = _gib(episodes * context * HOST_BYTES_PER_TOKEN)
+    return (
+        f"{episodes} episodes of up to rollout.max_context_tokens={context} tokens need up to {need} of host memory "
+        f"and this machine has {_gib(memory)} available"
+    )
+
+
 def _check_episodes(cfg, memory: int) -> None:
-    r, context = cfg.rollout, cfg.rollout.max_context_tokens
-    per_episode = context * HOST_BYTES_PER_TOKEN
-    fit = memory // per_episode
+    r = cfg.rollout
+    fit = host_episodes(cfg, memory)
     rollouts = _rollouts(cfg)
     per_group = rollouts // r.groups
     if rollouts > fit:
@@ -171,16 +187,11 @@ def _check_episodes(cfg, memory: int) -> None:
             most = memory // rounds_per_group // HOST_BYTES_PER_TOKEN
             allowed = f"not one episode fits: at most rollout.max_context_tokens={most}"
         raise ConfigError(
-            f"rollout.groups={r.groups} x rollout.group_size={r.group_size}{rounds} = {rollouts} episodes of up to "
-            f"rollout.max_context_tokens={context} tokens need up to {_gib(rollouts * per_episode)} of host memory "
-            f"and this machine has {_gib(memory)} available; {allowed}"
+            f"rollout.groups={r.groups} x rollout.group_size={r.group_size}{rounds} = "
+            f"{host_need(cfg, rollouts, memory)}; {allowed}"
         )
     if cfg.validation.num_envs > fit:
-        raise ConfigError(
-            f"validation.num_envs={cfg.validation.num_envs} episodes of up to rollout.max_context_tokens={context} "
-            f"tokens need up to {_gib(cfg.validation.num_envs * per_episode)} of host memory and this machine has "
-            f"{_gib(memory)} available; use at most {fit}"
-        )
+        raise ConfigError(f"validation.num_envs={host_need(cfg, cfg.validation.num_envs, memory)}; use at most {fit}")
 
 
 def _gib(size: float) -> str:

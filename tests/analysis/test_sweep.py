@@ -90,6 +90,15 @@ def test_labels_and_folders_are_readable_and_safe():
         (["filter.value=range(0.5"], 1, "sweep grid:"),
         (["trainer.seed=0,1"], 1, "trainer.seed: the sweep sets it"),
         ([], 0, "--seeds 0"),
+        # at most 10,000 runs, refused before a point is made
+        ([], 100_000_000, "--seeds 100000000: a sweep makes at most 10,000 runs (grid points x seeds)"),
+        (["rollout.groups=range(1,1000000000)"], 1, "rollout.groups=range(1,1000000000): more than 10,000 values"),
+        (
+            ["filter.value=range(0.01,1.0,0.01)", "algo=grpo,gigpo"],
+            60,
+            "sweep grid: filter.value (99 values) x algo (2 values) = 198 grid point(s) x --seeds 60 = 11,880 runs; a "
+            "sweep makes at most 10,000 runs",
+        ),
     ],
 )
 def test_a_bad_grid_is_refused_before_any_run(tmp_path, overrides, seeds, message):
@@ -115,6 +124,49 @@ def test_the_cli_refuses_a_bad_grid_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "filter.strategy='nope' is not allowed" in err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "100000000"], "error: --seeds 100000000: a sweep makes at most 10,000 runs"),
+        (["rollout.groups=range(1,1000000000)"], "more than 10,000 values"),
+        # fit's checks on every grid point, before the first run starts
+        (
+            ["rollout.groups=2,1000000000"],
+            "error: grid point 'rollout.groups=1000000000': rollout.groups=1000000000 x rollout.group_size=8 = "
+            "8000000000 episodes of up to rollout.max_context_tokens=2048 tokens need up to",
+        ),
+        (["model.path=/no/a,/no/b"], "error: grid point 'model.path=/no/a': model.path='/no/a': no such folder"),
+        (
+            ["env.options.size=4,3000"],
+            "error: grid point 'env.options.size=3000': env.options.p=0.8, env.options.size=3000",
+        ),
+        (["--threads-per-run", "1000000"], "error: --threads-per-run 1000000: this machine has"),
+        # runs for another machine: the checks that need none
+        (
+            ["--print-commands", "env.options.size=4,3000"],
+            "grid point 'env.options.size=3000': env.options.p=0.8, env.options.size=3000",
+        ),
+    ],
+)
+def test_a_sweep_refuses_in_one_line_before_any_run_starts(tmp_path, capsys, args, message):
+    assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_printed_for_another_machine_are_not_held_to_this_ones_memory(tmp_path, capsys):
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--print-commands"]
+    assert main([*args, "rollout.groups=2,1000000000"]) == 0
+    assert capsys.readouterr().out.count(" fit --config ") == 2
+
+
+def test_the_help_states_how_many_runs_a_sweep_makes(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "a sweep makes at most 10,000 runs: grid points x seeds" in " ".join(capsys.readouterr().out.split())
 
 
 def test_slots_pin_each_run_to_its_own_cores_or_gpu():

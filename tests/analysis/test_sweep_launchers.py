@@ -64,6 +64,28 @@ def test_launcher_settings_are_not_part_of_the_grid():
             "runs each run as one process",
         ),
         (["--launcher", "submitit_local", "filter.strategy=none,nope"], "filter.strategy='nope' is not allowed"),
+        # values in the range each setting of the plugin's config means something in
+        (
+            ["--launcher", "submitit_local", "hydra.launcher.timeout_min=-5"],
+            "hydra.launcher.timeout_min=-5: the submitit_local launcher's timeout_min must be >= 1 (the job's time "
+            "limit, in minutes)",
+        ),
+        (
+            ["--launcher", "submitit_slurm", "hydra.launcher.array_parallelism=0"],
+            "hydra.launcher.array_parallelism=0: the submitit_slurm launcher's array_parallelism must be >= 1",
+        ),
+        (["--launcher", "submitit_slurm", "+hydra.launcher.mem_gb=-1"], "launcher's mem_gb must be >= 0"),
+        (["--launcher", "submitit_slurm", "hydra.launcher.gpus_per_node=-2"], "gpus_per_node must be >= 0"),
+        (["--launcher", "submitit_local", "hydra.launcher.cpus_per_task=0"], "cpus_per_task must be >= 1"),
+        (["--launcher", "joblib", "hydra.launcher.n_jobs=0"], "joblib launcher's n_jobs must be other than 0"),
+        (["--launcher", "joblib", "hydra.launcher.timeout=0"], "joblib launcher's timeout must be > 0"),
+        (["--launcher", "joblib", "hydra.launcher.verbose=-1"], "joblib launcher's verbose must be >= 0"),
+        # the sweep's checks of its runs, on this machine's launchers
+        (
+            ["--launcher", "joblib", "rollout.groups=2,1000000000"],
+            "grid point 'rollout.groups=1000000000': rollout.groups=1000000000 x rollout.group_size=8",
+        ),
+        (["--launcher", "submitit_local", "--threads-per-run", "100000"], "--threads-per-run 100000: this machine"),
     ],
 )
 def test_a_launcher_that_does_not_apply_is_refused_in_one_line_before_anything_is_written(
@@ -73,6 +95,13 @@ def test_a_launcher_that_does_not_apply_is_refused_in_one_line_before_anything_i
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["-1", "2", "8"])
+def test_joblib_takes_any_n_jobs_but_0(value):
+    assert launcher_settings("joblib", [f"hydra.launcher.n_jobs={value}"], None, threads=1, cores=2) == [
+        f"hydra.launcher.n_jobs={value}"
+    ]
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local", "submitit_slurm"])
@@ -128,25 +157,26 @@ def test_the_multirun_reads_back_paths_and_names_of_any_characters(tmp_path):
 
 
 def test_joblib_runs_each_run_as_a_job_and_reports_the_ones_that_failed(tmp_path, capfd):
-    """Two runs whose fit refuses its model folder (exit 2, before any training): each job records its run's end,
-    the sweep reports both from their markers and fails; the runs' logs hold the fit's error. The console (the
-    multirun's output included: `capfd`) names each run once, in the sweep's own line, without Hydra's log lines;
-    each job's log is in its folder of Hydra's records."""
+    """Two runs whose fit refuses the checkpoint to resume from (exit 2, before any training; the sweep's own checks
+    do not read it): each job records its run's end, the sweep reports both from their markers and fails; the runs'
+    logs hold the fit's error. The console (the multirun's output included: `capfd`) names each run once, in the
+    sweep's own line, without Hydra's log lines; each job's log is in its folder of Hydra's records."""
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--launcher", "joblib"]
-    assert main([*args, "model.path=/no/a,/no/b", "hydra.launcher.verbose=0"]) == 1
+    assert main([*args, "trainer.resume=/no/a.ckpt,/no/b.ckpt", "hydra.launcher.verbose=0"]) == 1
     out, err = capfd.readouterr()
     assert "2 runs, through Hydra's joblib launcher" in out
     sweep = tmp_path / "s"
     (records,) = (sweep / "hydra").iterdir()  # Hydra's records of the launch, one folder per job
-    for point, folder in (("model.path=/no/a", "model.path-noa-seed0"), ("model.path=/no/b", "model.path-nob-seed0")):
+    runs = [(f"trainer.resume=/no/{x}.ckpt", f"trainer.resume-no{x}.ckpt-seed0") for x in "ab"]
+    for point, folder in runs:
         assert f"FAILED  {point} seed 0 (exit 2; see {sweep / folder / LOG_NAME})" in out
         assert out.count(folder) == 1 and out.count(point) == 1, out
         assert (sweep / folder / FAILED_MARKER).read_text() == "exit 2\n"
-        assert "no such folder" in (sweep / folder / LOG_NAME).read_text()
+        assert "no such checkpoint file or folder" in (sweep / folder / LOG_NAME).read_text()
         assert f"[INFO] - FAILED: {sweep / folder} (exit 2" in (records / folder / "s.log").read_text()
     assert "0 finished, 0 already done, 2 failed" in out
     assert "[HYDRA]" not in out + err and "[INFO]" not in out + err, (out, err)
-    assert sorted(p.name for p in records.iterdir() if p.is_dir()) == ["model.path-noa-seed0", "model.path-nob-seed0"]
+    assert sorted(p.name for p in records.iterdir() if p.is_dir()) == [folder for _, folder in runs]
 
 
 def _tags(folder: Path) -> dict[str, str]:

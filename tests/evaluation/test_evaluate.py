@@ -119,6 +119,21 @@ def _run_without_checkpoints(tmp_path: Path) -> str:
     return str(run)
 
 
+def _file(tmp_path: Path, name: str, text: str = "not a checkpoint") -> str:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def _fake_run(tmp_path: Path) -> str:
+    """A run folder as `evaluate` recognises one (a checkpoint and run.json); nothing reads their contents before the
+    refusals these cases test."""
+    _file(tmp_path, "a-run/checkpoints/last.ckpt")
+    _file(tmp_path, "a-run/run.json", "{}")
+    return str(tmp_path / "a-run")
+
+
 def _dtype_config(tmp_path: Path) -> str:
     path = tmp_path / "bf16.yaml"
     path.write_text("model:\n  dtype: bfloat16\n")
@@ -150,7 +165,52 @@ BAD = {
         "model differs",
     ),
     "unknown key": (["--model", "tiny", "rollout.bogus=1"], "rollout.bogus: unknown key"),
+    # sizes: the episodes x samples of the one rollout call, against the host bound fit keeps for its iteration
+    "samples no machine holds": (
+        ["--model", "tiny", "--samples", "1000000000"],
+        "--samples 1000000000 x validation.num_envs=64 (the default --episodes) = 64000000000 episodes of up to "
+        "rollout.max_context_tokens=2048 tokens need up to 7,812,500 GiB of host memory",
+    ),
+    "episodes no machine holds": (
+        ["--model", "tiny", "--episodes", "2000000000"],
+        "--episodes 2000000000 x --samples 1 = 2000000000 episodes of up to rollout.max_context_tokens=2048 tokens",
+    ),
+    "episodes past the largest seed": (["--model", "tiny", "--episodes", "4294967290"], "use at most --episodes "),
+    # the model: a file that is no checkpoint, a checkpoint outside its run, a run's model overridden
+    "file that is no checkpoint": (
+        lambda tmp: ["--model", _file(tmp, "notes.txt")],
+        "notes.txt': a file that is not a checkpoint (*.ckpt); give a run folder or checkpoint, a model folder",
+    ),
+    "checkpoint outside its run": (
+        lambda tmp: ["--model", _file(tmp, "lone/x.ckpt")],
+        "x.ckpt': no run.json in ",
+    ),
+    "model preset over a run": (
+        lambda tmp: ["--model", _fake_run(tmp), "model=smollm2-135m"],
+        "model=smollm2-135m: --model ",
+    ),
+    "model key over a run's checkpoint": (
+        lambda tmp: ["--model", str(Path(_fake_run(tmp)) / "checkpoints" / "last.ckpt"), "model.dtype=float32"],
+        "names a run, and a run is evaluated with its own model (the model section of ",
+    ),
+    # where it writes: the report's path and the MLflow store, checked before any work
+    "report under a file": (
+        lambda tmp: ["--model", "tiny", "--out", _file(tmp, "a-file") + "/report.json"],
+        "a-file is a file, not a folder",
+    ),
+    "report deep under a file": (
+        lambda tmp: ["--model", "tiny", "--out", _file(tmp, "a-file") + "/x/y/report.json"],
+        "a-file is a file, not a folder",
+    ),
+    "corrupt store": (
+        lambda tmp: ["--model", "tiny", f"logging.tracking_uri=sqlite:///{_file(tmp, 'bad.db', 'x' * 2048)}"],
+        "bad.db is not a readable sqlite database",
+    ),
 }
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
 
 
 @pytest.mark.parametrize("case", list(BAD))
@@ -158,7 +218,65 @@ def test_bad_input_is_refused_in_one_line_before_any_work(case, tmp_path, capsys
     args, named = BAD[case]
     args = args(tmp_path) if callable(args) else [a.replace("{tmp}", str(tmp_path)) for a in args]
     out = tmp_path / "out"
+    before = _tree(tmp_path)
     assert main(["evaluate", *args, f"logging.output_dir={out}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and named in err, err
-    assert not (out / "mlruns.db").exists() and not (out / "evaluations").exists()
+    assert _tree(tmp_path) == before  # nothing written: no report, no store, no folder
+
+
+def test_a_seed_file_this_machine_cannot_play_is_refused_without_reading_it_all(tmp_path, monkeypatch, capsys):
+    """With 1 MiB available, 8 episodes of 2048 tokens fit (128 KiB each): a file of 1000 seeds is refused after its
+    ninth, and at --samples 3 after its third."""
+    from ragen_lit import machine_bounds
+
+    monkeypatch.setattr(machine_bounds, "available_memory", lambda: 1024**2)
+    seeds = _seed_file(tmp_path, "\n".join(map(str, range(1000))))
+    before = _tree(tmp_path)
+    for samples, most in (("1", "8 seeds"), ("3", "2 seeds")):
+        args = ["evaluate", "--model", "tiny", "--episodes-file", seeds, "--samples", samples]
+        assert main([*args, f"logging.output_dir={tmp_path / 'out'}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"error: --episodes-file {seeds} (more than " in err, err
+        assert f"x --samples {samples} = " in err and f"give at most {most} in the file" in err, err
+    assert main(["evaluate", "--model", "tiny", "--episodes", "4", "--samples", "3", "logging.output_dir=x"]) == 2
+    assert capsys.readouterr().err.endswith("; use at most --samples 2\n")
+    assert _tree(tmp_path) == before
+
+
+def test_an_unwritable_report_folder_is_refused_before_any_work(tmp_path, capsys, make_unwritable):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    make_unwritable(locked)
+    for out, key in (
+        (["--out", str(locked / "report.json")], f"--out {locked / 'report.json'}"),
+        ([], f"logging.output_dir='{locked}' (the report's folder without --out)"),
+    ):
+        assert main(["evaluate", "--model", "tiny", *out, f"logging.output_dir={locked}"]) == 2
+        assert capsys.readouterr().err == f"error: {key}: cannot write in {locked} (Permission denied)\n"
+    assert list(locked.iterdir()) == []
+
+
+def test_the_report_is_written_before_anything_is_logged(tmp_path, monkeypatch):
+    """MLflow never holds an evaluation whose report is missing: a report that cannot be written stops the logging,
+    and a written one gets the MLflow runs' ids once they are logged."""
+    from types import SimpleNamespace
+
+    from ragen_lit.evaluation import record
+
+    steps = []
+    monkeypatch.setattr(record, "log_evaluation", lambda *args: steps.append("log") or ("uri", "id"))
+    evaluated = SimpleNamespace(description="tiny", iteration=None, device="cpu")
+    results = [(None, SimpleNamespace(to_json=lambda: {"env": "frozenlake"}))]
+    path = tmp_path / "report.json"
+    assert record.log_evaluations(path, "tiny", None, evaluated, results, ["uri"]) == [("uri", "id")]
+    assert steps == ["log"] and json.loads(path.read_text())["mlflow"] == [{"tracking_uri": "uri", "run_id": "id"}]
+
+    def full_disk(path, report):
+        raise OSError(28, "No space left on device")
+
+    steps.clear()
+    monkeypatch.setattr(record, "write_report", full_disk)
+    with pytest.raises(OSError):
+        record.log_evaluations(tmp_path / "other.json", "tiny", None, evaluated, results, ["uri"])
+    assert steps == []

@@ -12,6 +12,9 @@ and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved c
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
+A sweep makes at most `sweep_checks.MAX_RUNS` runs (10,000), and before the first starts every grid point's config
+passes `fit`'s own checks (`sweep_checks.check_runs`: memory, devices, paths, the env) as its runs get it.
+
 The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its
 cores or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet
 done as one multirun of `ragen_lit.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
@@ -33,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 import os
 import re
 import subprocess
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from ragen_lit.analysis.sweep_checks import MAX_RUNS, check_run_count, check_runs, check_threads
 from ragen_lit.analysis.sweep_launchers import LOCAL, check_launcher, launcher_settings, multirun, split_settings
 from ragen_lit.analysis.sweep_lock import sweep_lock
 from ragen_lit.analysis.sweep_run import (
@@ -70,20 +75,29 @@ class RunSpec:
     config: Config
 
 
-def expand_grid(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
+def expand_grid(overrides: list[str], seeds: int = 1) -> tuple[list[str], list[list[str]]]:
     """(fixed overrides, grid points): each grid point is the list of `key=value` strings of one
-    combination of the sweep overrides, in the order given (Hydra's override grammar and parser)."""
+    combination of the sweep overrides, in the order given (Hydra's override grammar and parser). Refuses a grid
+    that makes more than `MAX_RUNS` runs with `seeds` seeds before making its points."""
     try:
         parsed = parse_overrides(list(overrides), sweeps=True)
     except ConfigError as error:
         raise ConfigError(f"sweep grid: {error}") from None
-    fixed, axes = [], []
+    fixed, axes, sizes = [], [], []
     for override, text in zip(parsed, overrides, strict=True):
         if override.is_sweep_override():
             key = override.key_or_group
-            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            values = list(itertools.islice(override.sweep_string_iterator(), MAX_RUNS + 1))  # a range may be huge
+            if len(values) > MAX_RUNS:
+                raise ConfigError(
+                    f"{text}: more than {MAX_RUNS:,} values, and a sweep makes at most {MAX_RUNS:,} runs (grid points "
+                    "x seeds); split the grid into several sweeps"
+                )
+            axes.append([f"{key}={value}" for value in values])
+            sizes.append(f"{key} ({len(values)} values)")
         else:
             fixed.append(text)
+    check_run_count(math.prod(len(axis) for axis in axes), seeds, f"sweep grid: {' x '.join(sizes) or 'one point'}")
     return fixed, [list(combination) for combination in itertools.product(*axes)]
 
 
@@ -109,17 +123,23 @@ def plan(config: str | None, overrides: list[str], seeds: int, root: Path, name:
     any run starts, with the grid point it came from."""
     if seeds < 1:
         raise ConfigError(f"--seeds {seeds}: give at least 1")
+    if seeds > MAX_RUNS:
+        raise ConfigError(
+            f"--seeds {seeds}: a sweep makes at most {MAX_RUNS:,} runs (grid points x seeds); give at most --seeds "
+            f"{MAX_RUNS}"
+        )
     if any(o.split("=", 1)[0] == "trainer.seed" for o in overrides):
         raise ConfigError("trainer.seed: the sweep sets it (0..N-1 with --seeds N); drop it from the grid")
-    fixed, points = expand_grid(overrides)
+    fixed, points = expand_grid(overrides, seeds)
     runs = []
     for point in points:
-        for seed in range(seeds):
-            try:
-                cfg = load_config(config, [*fixed, *point, f"trainer.seed={seed}"])
-            except ConfigError as error:
-                raise ConfigError(f"grid point {point_label(point)!r}: {error}") from None
-            runs.append(RunSpec(point_label(point), seed, root / name / folder_name(point, seed), cfg))
+        try:
+            cfg = load_config(config, [*fixed, *point, "trainer.seed=0"])
+        except ConfigError as error:
+            raise ConfigError(f"grid point {point_label(point)!r}: {error}") from None
+        for seed in range(seeds):  # the seeds differ in trainer.seed alone, and 0..N-1 are all valid seeds
+            seeded = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, seed=seed))
+            runs.append(RunSpec(point_label(point), seed, root / name / folder_name(point, seed), seeded))
     return runs
 
 
@@ -209,16 +229,34 @@ def check_devices(devices: list[str] | None, visible: int) -> None:
             )
 
 
+def placement(cfg: Config, slot: Slot) -> dict[str, object]:
+    """The `trainer` settings of a run in `slot`, on top of its config: the CPU, or its GPU alone with the slot's share
+    of the card's memory where several runs share it (a grid's own cap wins)."""
+    if slot.gpu is None:
+        return {"accelerator": "cpu"}
+    placed: dict[str, object] = {"accelerator": "gpu", "devices": 1}
+    if slot.memory_share is not None and not cfg.trainer.gpu_memory_fraction:
+        placed["gpu_memory_fraction"] = slot.memory_share
+    return placed
+
+
+def placed(cfg: Config, threads: int, pool: list[Slot] | None = None) -> Config:
+    """`cfg` as a run gets it, for `fit`'s checks before the sweep: its threads and, in the local `pool`, the
+    placement of the slot with the smallest share of its GPU (any slot may run it); a launcher's job (`pool` None)
+    runs where its config says."""
+    trainer = dataclasses.replace(cfg.trainer, threads=threads)
+    if pool:
+        slot = min(pool, key=lambda slot: slot.memory_share or 1.0)
+        trainer = dataclasses.replace(trainer, **placement(cfg, slot))
+    return dataclasses.replace(cfg, trainer=trainer)
+
+
 def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
     """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
     would stack every CPU run on GPU 0)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
-    placement = ["trainer.accelerator=cpu"]
-    if slot.gpu is not None:
-        placement = ["trainer.accelerator=gpu", "trainer.devices=1"]
-        if slot.memory_share is not None and not spec.config.trainer.gpu_memory_fraction:  # a grid's own cap wins
-            placement += [f"trainer.gpu_memory_fraction={slot.memory_share}"]
-    return start_attempt(spec.folder, placement, env, slot.cores)
+    overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config, slot).items()]
+    return start_attempt(spec.folder, overrides, env, slot.cores)
 
 
 def report(spec: RunSpec, say=print) -> bool:
@@ -341,18 +379,25 @@ def run_sweep(
     name = name or sweep_name(config, grid, seeds)
     specs = plan(config, grid, seeds, root, name)
     run = None  # --print-commands: a launcher of the user's own runs them
+    configure = None  # how a run's config is made for `fit`'s checks here (None: its runs go to other machines)
     if launcher != LOCAL:
         settings = launcher_settings(launcher, settings, parallel, threads, len(slots(None, threads, None)))
         check_one_process(specs, launcher)
         how = f"through Hydra's {launcher} launcher"
         run = (partial(run_launched, sweep=root / name, launcher=launcher, settings=settings), how)
+        if launcher != "submitit_slurm":  # jobs on this machine
+            check_threads(threads)
+            configure = partial(placed, threads=threads)
     elif not print_commands:
+        check_threads(threads)
         import torch
 
         check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
         pool = slots(parallel, threads, devices)
         run = (partial(run_all, pool=pool), f"{len(pool)} at a time")
+        configure = partial(placed, threads=threads, pool=pool)
+    check_runs(specs, configure)
     with sweep_lock(root / name):
         return _run_locked(specs, name, root / name, seeds, threads, run)
 

@@ -49,6 +49,24 @@ jobs` and one per job, are not printed; warnings still reach stderr), and a job'
 shows each run once, in `sweep`'s own `done`/`FAILED` line"""
 ONE_PROCESS = ("tasks_per_node", "nodes")
 """submitit settings that would run a job's task, and with it the run's `fit`, several times at once"""
+AT_LEAST = {
+    "timeout_min": (1, "the job's time limit, in minutes"),
+    "cpus_per_task": (1, "the job's CPU cores"),
+    "cpus_per_gpu": (1, "CPU cores per GPU"),
+    "gpus_per_task": (1, "GPUs per task"),
+    "tasks_per_node": (1, "processes of the job on each node"),
+    "nodes": (1, "nodes of the job"),
+    "array_parallelism": (1, "jobs at a time"),
+    "gpus_per_node": (0, "GPUs of the job on each node"),
+    "mem_gb": (0, "the job's memory in GB; 0: all of a node's, as SLURM reads it"),
+    "signal_delay_s": (0, "seconds between the warning signal and the time limit"),
+    "max_num_timeout": (0, "times a job that timed out is requeued"),
+    "verbose": (0, "joblib's progress messages"),
+    "timeout": (1e-9, "a job's time limit"),
+}
+"""the least value each numeric setting of the plugins' config dataclasses (`JobLibLauncherConf`, `SlurmQueueConf`,
+`LocalQueueConf`: they give the types, which Hydra checks) means something at, and what it means; any other number
+must be >= 0, and joblib's `n_jobs` other than 0 (-1: every core)"""
 
 
 def setting_key(word: str) -> str:
@@ -124,6 +142,7 @@ def launcher_settings(launcher: str, settings: list[str], parallel: int | None, 
     if launcher.startswith("submitit") and "cpus_per_task" not in given:
         mapped.append(f"hydra.launcher.cpus_per_task={threads}")
     config = _launcher_config(launcher, [*mapped, *settings])
+    _check_values(launcher, config, [*mapped, *settings])
     for key in ONE_PROCESS:
         if config.get(key, 1) != 1:
             raise ConfigError(
@@ -131,6 +150,25 @@ def launcher_settings(launcher: str, settings: list[str], parallel: int | None, 
                 "runs over several processes or nodes with --print-commands, one srun each"
             )
     return [*mapped, *settings]
+
+
+def _check_values(launcher: str, config: dict, settings: list[str]) -> None:
+    """Every number of the composed `config` in the range its setting means (`AT_LEAST`); the error names the setting
+    as given among `settings`."""
+    for key, value in config.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue  # None (the plugin's default), text, or an interpolation Hydra resolves in the job
+        least, meaning = AT_LEAST.get(key, (0, "a count or a time"))
+        if key == "n_jobs":
+            if value != 0:
+                continue
+            allowed = "other than 0 (jobs at a time; -1: every core)"
+        elif value >= least:
+            continue
+        else:
+            allowed = f"{'> 0' if 0 < least < 1 else f'>= {least}'} ({meaning})"
+        word = next((w for w in settings if setting_key(w) == f"hydra.launcher.{key}"), f"hydra.launcher.{key}={value}")
+        raise ConfigError(f"{word}: the {launcher} launcher's {key} must be {allowed}")
 
 
 def _launcher_config(launcher: str, settings: list[str]) -> dict:

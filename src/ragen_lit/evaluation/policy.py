@@ -13,15 +13,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.checkpoints import find_checkpoint, is_run_or_checkpoint, load_trained_policy, run_model_config
+from ragen_lit.checkpoint_files import SUFFIX
 from ragen_lit.config import MODEL_PRESETS, Config
 from ragen_lit.errors import ConfigError
 
+if TYPE_CHECKING:  # torch and the checkpoints are imported where a model loads: a refusal before that needs neither
+    import torch
+
+    from ragen_lit.agent.chat import ChatFormat
+
 MODEL_FLAG = "--model"
+KINDS = f"a run folder or checkpoint, a model folder, an HF id or one of {', '.join(MODEL_PRESETS)}"
+"""what `--model` takes, for its errors"""
 
 
 @dataclass
@@ -45,10 +50,25 @@ class EvaluatedPolicy:
 
 
 def run_config_of(model: str) -> Path | None:
-    """run.json of the run `model` names (a run folder or one of its checkpoints), None for any other model."""
+    """run.json of the run `model` names (a run folder or one of its checkpoints), None for any other model. A file
+    that is not a `*.ckpt`, or a checkpoint outside its run folder, is refused naming the file."""
+    path = Path(model).expanduser()
+    if not path.exists():  # a preset, an HF id or a missing folder (`model_overrides` says which)
+        return None
+    if path.is_file() and not path.name.endswith(SUFFIX):
+        raise ConfigError(f"{MODEL_FLAG} {model!r}: a file that is not a checkpoint (*{SUFFIX}); give {KINDS}")
+    from ragen_lit.checkpoints import find_checkpoint, is_run_or_checkpoint
+
     if not is_run_or_checkpoint(model):
         return None
-    return find_checkpoint(model, MODEL_FLAG).parent.parent / "run.json"
+    checkpoint = find_checkpoint(model, MODEL_FLAG)
+    run_json = checkpoint.parent.parent / "run.json"
+    if not run_json.is_file():
+        raise ConfigError(
+            f"{MODEL_FLAG} {model!r}: no run.json in {run_json.parent}; a checkpoint is read inside its run folder "
+            "(<run>/checkpoints/*.ckpt), whose run.json holds the run's config and base model"
+        )
+    return run_json
 
 
 def model_overrides(model: str) -> list[str]:
@@ -60,21 +80,22 @@ def model_overrides(model: str) -> list[str]:
     looks_local = path.is_absolute() or model.startswith((".", "~")) or path.exists()
     if looks_local and not (path / "config.json").is_file():
         what = "no such folder" if not path.exists() else "the folder holds no config.json (not an HF model folder)"
-        raise ConfigError(
-            f"{MODEL_FLAG} {model!r}: {what}; give a run folder or checkpoint, a model folder, an HF id or one of "
-            f"{', '.join(MODEL_PRESETS)}"
-        )
+        raise ConfigError(f"{MODEL_FLAG} {model!r}: {what}; give {KINDS}")
     return ["model.name=hf", f"model.path={path.resolve() if looks_local else model}"]
 
 
 def with_run_model(cfg: Config, model: str) -> Config:
     """`cfg` with the model section of the run `model` names: its checkpoint's weights fit that base model only."""
+    from ragen_lit.checkpoints import find_checkpoint, run_model_config
+
     run_model, _ = run_model_config(find_checkpoint(model, MODEL_FLAG), MODEL_FLAG)
     return dataclasses.replace(cfg, model=run_model)
 
 
 def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> EvaluatedPolicy:
     """Load `model` for `cfg` (whose model section already names it: `model_overrides` / `with_run_model`)."""
+    from ragen_lit.agent.chat import ChatFormat
+    from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
     from ragen_lit.models import compile_layers, layer_units, load_policy, load_tokenizer, resolve_compile
     from ragen_lit.presets import resolve_model_path
 

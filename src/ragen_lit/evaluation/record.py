@@ -7,6 +7,9 @@ is not a run's, to the config's (`logging.tracking_uri`, default `<logging.outpu
 that `compare` puts it on its own row beside the training runs; its metrics are `eval/*` (`EnvEvaluation.metrics`) at
 the step of the checkpoint's iteration, its params the resolved config and the evaluation's settings, and the JSON
 report is its artifact `evaluation.json`.
+
+The report's path and the stores are checked before any work (`check_report_path`, `check_store`), and the report is
+written before anything is logged (`log_evaluations`): MLflow never holds an evaluation whose report is missing.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ragen_lit.analysis.runs import EVALUATION_ROLE, ROLE_TAG
 from ragen_lit.config import Config, flat_dict
-from ragen_lit.errors import ConfigError
-from ragen_lit.evaluation.policy import EvaluatedPolicy
-from ragen_lit.evaluation.report import EnvEvaluation
+from ragen_lit.errors import ConfigError, RunError
+
+if TYPE_CHECKING:  # the checks before any work import no torch
+    from ragen_lit.evaluation.policy import EvaluatedPolicy
+    from ragen_lit.evaluation.report import EnvEvaluation
 
 REPORT_FOLDER = "evaluations"
 ARTIFACT = "evaluation.json"
@@ -28,21 +34,35 @@ _PARAM_BATCH = 100  # MLflow takes at most this many params per call
 _METRIC_BATCH = 1000  # and this many metrics: K samples log 3 K pass@k metrics (value and interval)
 
 
-def report_path(out: str | None, run_json: Path | None, cfg: Config) -> Path:
-    """`--out`, or `<run folder>/evaluations/eval-<time>.json` for a run, `<logging.output_dir>/evaluations/...`
-    otherwise. Refuses an `--out` that is a folder."""
+def report_path(out: str | None, run_json: Path | None, cfg: Config) -> tuple[Path, str]:
+    """(the report's path, the setting that names it, for errors): `--out`, or `<run folder>/evaluations/
+    eval-<time>.json` for a run, `<logging.output_dir>/evaluations/...` otherwise."""
     if out is not None:
-        path = Path(out).expanduser()
-        if path.is_dir():
-            raise ConfigError(f"--out {out}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
-        return path
-    folder = run_json.parent if run_json is not None else Path(cfg.logging.output_dir)
-    return folder / REPORT_FOLDER / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        return Path(out).expanduser(), f"--out {out}"
+    stamp = f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    if run_json is not None:
+        return run_json.parent / REPORT_FOLDER / stamp, f"--model {run_json.parent} (its report, without --out)"
+    key = f"logging.output_dir={cfg.logging.output_dir!r} (the report's folder without --out)"
+    return Path(cfg.logging.output_dir) / REPORT_FOLDER / stamp, key
+
+
+def check_report_path(path: Path, key: str) -> None:
+    """The report `path` can be written (`key`: the setting that names it): not a folder, not under a file, in a
+    folder that exists or can be made and takes a new file. Writes nothing."""
+    from ragen_lit.training.store import check_folder
+
+    if path.is_dir():
+        raise ConfigError(f"{key}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
+    above = next(folder for folder in path.parents if folder.exists())
+    if not above.is_dir():
+        raise ConfigError(f"{key}: {above} is a file, not a folder; give a path whose folders are folders")
+    check_folder(path.parent, key)  # a new file can be made there (the probe leaves no trace)
 
 
 def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
-    """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any."""
-    from ragen_lit.training.tracking import tracking_uri
+    """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any.
+    Makes no folder: the default store's is made when the evaluation is logged."""
+    from ragen_lit.training.tracking import STORE_NAME
 
     explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
     if run_json is not None and not explicit:
@@ -50,7 +70,17 @@ def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
             return json.loads(run_json.read_text())["tracking_uri"]
         except (OSError, ValueError, KeyError) as err:
             raise ConfigError(f"--model: {run_json} does not name the run's MLflow store ({err})") from None
-    return tracking_uri(cfg)
+    return cfg.logging.tracking_uri or f"sqlite:///{Path(cfg.logging.output_dir).resolve() / STORE_NAME}"
+
+
+def check_store(uri: str) -> None:
+    """An sqlite store `uri` can be written and, where it exists, reads as a database (`fit`'s check of its store);
+    other stores are left to MLflow. Writes nothing."""
+    from ragen_lit.training.store import check_sqlite_store
+
+    prefix = "sqlite:///"
+    if uri.startswith(prefix):
+        check_sqlite_store(Path(uri[len(prefix) :].split("?")[0]), f"MLflow store {uri}")
 
 
 def _source_run(client, run_json: Path | None) -> tuple[str | None, dict[str, str], str | None, str | None]:
@@ -118,14 +148,43 @@ def log_evaluation(
     return uri, run_id
 
 
-def write_report(
-    path: Path, model: str, evaluated: EvaluatedPolicy, results: list[EnvEvaluation], logged: list[tuple[str, str]]
-) -> None:
-    """The JSON report, written whole or not at all (a temporary file renamed into place)."""
+def log_evaluations(
+    path: Path,
+    model: str,
+    run_json: Path | None,
+    evaluated: EvaluatedPolicy,
+    results: list[tuple[Config, EnvEvaluation]],
+    stores: list[str],
+) -> list[tuple[str, str]]:
+    """Write the JSON report, then log one MLflow run per environment (`log_evaluation`) and write the report again
+    with their ids; returns the (tracking URI, run id) of each. A store that refuses the runs is a RunError naming
+    the report, which is kept."""
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    record = report_record(model, evaluated, [result for _, result in results])
+    write_report(path, record)
+    logged = []
+    for (cfg, result), uri in zip(results, stores, strict=True):
+        try:
+            logged.append(log_evaluation(cfg, result, model, run_json, evaluated, uri))
+        except (MlflowException, SQLAlchemyError, OSError) as err:
+            first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise RunError(
+                f"the report is written to {path}, but the MLflow store {uri} refused the evaluation run: {first_line}"
+            ) from err
+    record["mlflow"] = [{"tracking_uri": uri, "run_id": run_id} for uri, run_id in logged]
+    write_report(path, record)
+    return logged
+
+
+def report_record(model: str, evaluated: EvaluatedPolicy, results: list[EnvEvaluation]) -> dict:
+    """The JSON report: what was evaluated, where and when, each environment's result; `mlflow` (the runs that log
+    it) empty until they are logged."""
     from ragen_lit.provenance import source_commit
 
     commit = source_commit()
-    record = {
+    return {
         "model": model,
         "weights": evaluated.description,
         "iteration": evaluated.iteration,
@@ -134,8 +193,12 @@ def write_report(
         "commit": commit[0] if commit else None,
         "commit_dirty": commit[1] if commit else None,
         "environments": [result.to_json() for result in results],
-        "mlflow": [{"tracking_uri": uri, "run_id": run_id} for uri, run_id in logged],
+        "mlflow": [],
     }
+
+
+def write_report(path: Path, record: dict) -> None:
+    """The JSON report, written whole or not at all (a temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(record, indent=2))

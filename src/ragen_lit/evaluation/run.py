@@ -12,6 +12,10 @@ Without `--config` a run's own config (its run.json) is used, and the defaults f
 evaluation is logged as an MLflow run tagged `ragen_lit.role=evaluation` in the evaluated run's store (else the
 config's), labelled `<the run's point or name> (evaluation)`, so `compare` shows it beside the training runs; the JSON
 report holds every number and each seed's successes.
+
+A mistake ends in one line before any model loads or anything is written: the options, a `--model` file that is no
+checkpoint or `model` overrides of a run's own model, the report's path and the MLflow stores, the episodes x
+samples this machine's memory holds (`machine_bounds`' bound of `fit`'s episodes), then `fit`'s preflight.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ class EvaluateOptions:
     model: str
     """a run folder (its newest checkpoint) or checkpoint, a model folder, an HF id or a preset (tiny, smollm2-135m)"""
     episodes: int | None = checked(None, ge=1)
-    """episodes (seeds validation.seed, validation.seed + 1, ...); default validation.num_envs"""
+    """episodes (seeds validation.seed, validation.seed + 1, ...); default validation.num_envs. Episodes x samples are
+    bounded by this machine's memory as fit bounds its episodes (the error names the largest allowed)"""
     episodes_file: str | None = None
     """a file of episode seeds, one integer per line (# comments and blank lines skipped), instead of the validation
     seeds"""
@@ -47,42 +52,80 @@ class EvaluateOptions:
     seed: int | None = checked(None, ge=0, le=MAX_SEED)
     """sampling seed; default validation.seed (as fit's validation samples)"""
     out: str | None = None
-    """the JSON report to write; default <run folder>/evaluations/eval-<time>.json for a run, else under
-    <logging.output_dir>/evaluations/"""
+    """the JSON report to write (checked before any work; written before the MLflow runs are logged); default <run
+    folder>/evaluations/eval-<time>.json for a run, else under <logging.output_dir>/evaluations/"""
 
 
-def read_seed_file(path: str) -> list[int]:
+def read_seed_file(path: str, most: int | None = None) -> list[int]:
     """The seeds of `--episodes-file`: one integer in [0, 2^32 - 1] per line; blank lines and `#` comments skipped.
+    Read no further than `most` + 1 seeds (one past: a file holding more is refused without reading all of it).
     Raises ConfigError naming the file and line."""
+    seeds: list[int] = []
     try:
-        lines = Path(path).expanduser().read_text().splitlines()
+        with open(Path(path).expanduser()) as lines:
+            for number, line in enumerate(lines, 1):
+                text = line.split("#", 1)[0].strip()
+                if not text:
+                    continue
+                if not text.isdigit() or int(text) > MAX_SEED:
+                    raise ConfigError(
+                        f"--episodes-file {path}, line {number}: {text!r} is not a seed (an integer in 0..{MAX_SEED})"
+                    )
+                seeds.append(int(text))
+                if most is not None and len(seeds) > most:
+                    break
     except FileNotFoundError:
         raise ConfigError(f"--episodes-file {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"--episodes-file {path}: cannot be read ({err})") from None
-    seeds = []
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        if not text.isdigit() or int(text) > MAX_SEED:
-            raise ConfigError(
-                f"--episodes-file {path}, line {number}: {text!r} is not a seed (an integer in 0..{MAX_SEED})"
-            )
-        seeds.append(int(text))
     if not seeds:
         raise ConfigError(f"--episodes-file {path}: holds no seed (one integer per line)")
     return seeds
 
 
 def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int]:
-    """The seeds this config's episodes are played on (module docstring)."""
+    """The seeds this config's episodes are played on (module docstring), no more than this machine holds at
+    `--samples` each (`check_played`)."""
+    from ragen_lit.machine_bounds import available_memory, host_episodes
+
+    memory = available_memory()
     if options.episodes_file is not None:
-        return read_seed_file(options.episodes_file)
+        most = host_episodes(cfg, memory) // options.samples
+        seeds = read_seed_file(options.episodes_file, most)
+        cut = len(seeds) > most  # the file holds more: it was not read to its end
+        held = f"more than {most} seeds; its first {len(seeds)}" if cut else f"{len(seeds)} seeds"
+        check_played(cfg, len(seeds), options.samples, memory, f"--episodes-file {options.episodes_file} ({held})", cut)
+        return seeds
     count = options.episodes or cfg.validation.num_envs
     if count == 0:
         raise ConfigError(f"{where}: validation.num_envs=0, so there are no validation episodes; give --episodes N")
+    named = f"--episodes {count}" if options.episodes else f"validation.num_envs={count} (the default --episodes)"
+    check_played(cfg, count, options.samples, memory, named)
     return list(range(cfg.validation.seed, cfg.validation.seed + count))
+
+
+def check_played(cfg: Config, count: int, samples: int, memory: int, named: str, cut: bool = False) -> None:
+    """`count` episodes x `samples` are played in one rollout call, held on the host as an iteration of `fit` is:
+    refused past the bound `fit` keeps (`machine_bounds.host_episodes`, with `memory` bytes available) in one line
+    naming the option and its largest value. `named`: the option that gave the episodes, with its value; `cut`: a
+    seed file read only in part (it holds more than `count`)."""
+    from ragen_lit.machine_bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
+
+    fit = host_episodes(cfg, memory)
+    if count * samples <= fit:
+        return
+    need = host_need(cfg, count * samples, memory)
+    if count <= fit and not cut:  # each episode once fits: the samples are too many
+        raise ConfigError(f"--samples {samples} x {named} = {need}; use at most --samples {fit // count}")
+    if fit == 0:
+        allowed = f"not one episode fits: use at most rollout.max_context_tokens={memory // HOST_BYTES_PER_TOKEN}"
+    elif fit < samples:
+        allowed = f"not one episode at --samples {samples} fits: use at most --samples {fit}"
+    elif named.startswith("--episodes-file"):
+        allowed = f"give at most {fit // samples} seed{'s' if fit // samples > 1 else ''} in the file"
+    else:
+        allowed = f"use at most --episodes {fit // samples}"
+    raise ConfigError(f"{named} x --samples {samples} = {need}; {allowed}")
 
 
 def check_options(options: EvaluateOptions) -> None:
@@ -105,6 +148,13 @@ def evaluation_configs(
 
     if run_json is None:
         overrides = [*overrides, *model_overrides(model)]
+    else:  # the checkpoint's weights fit the run's own model only: an override of it would be dropped unsaid
+        for override in overrides:
+            if override.split("=", 1)[0].lstrip("+~").split(".")[0] == "model":
+                raise ConfigError(
+                    f"{override}: --model {model} names a run, and a run is evaluated with its own model (the model "
+                    f"section of {run_json}); drop the override, or pass the model to evaluate as --model"
+                )
     if configs:
         loaded = [(load_config(path, overrides), path) for path in configs]
     elif run_json is not None:
@@ -132,28 +182,34 @@ def evaluation_configs(
 
 def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOptions) -> int:
     """Check everything, load the model once, evaluate it on each config's episodes; print, write and log it.
-    Returns the exit code (0). Raises ConfigError on a user mistake, before any model is loaded."""
+    Returns the exit code (0). Raises ConfigError on a user mistake, before any model is loaded or anything is
+    written: the options, the configs, the report's path and the MLflow stores, the episodes this machine holds, then
+    `fit`'s preflight."""
+    check_options(options)  # first: it needs no config, torch or model
     from ragen_lit.evaluation.policy import run_config_of
-    from ragen_lit.evaluation.record import report_path, store_of
+    from ragen_lit.evaluation.record import check_report_path, check_store, report_path, store_of
 
-    check_options(options)
     run_json = run_config_of(options.model)
     loaded = evaluation_configs(configs, overrides, options.model, run_json)
+    out, key = report_path(options.out, run_json, loaded[0][0])
+    check_report_path(out, key)
+    stores = [store_of(cfg, run_json, overrides) for cfg, _ in loaded]
+    for store in dict.fromkeys(stores):
+        check_store(store)
+    plans = [(cfg, where, episode_seeds(cfg, options, where)) for cfg, where in loaded]
     from ragen_lit.preflight import preflight
     from ragen_lit.training.console import quiet_third_party
 
     quiet_third_party()
-    plans = []
-    for cfg, where in loaded:
-        preflight(cfg)
-        plans.append((cfg, where, episode_seeds(cfg, options, where)))
-    out = report_path(options.out, run_json, plans[0][0])
-    stores = [store_of(cfg, run_json, overrides) for cfg, _, _ in plans]
+    for cfg, _, seeds in plans:
+        # fit's checks, with the evaluation's rollout call as its validation (the generation batch's bound)
+        played = replace(cfg.validation, num_envs=len(seeds) * options.samples)
+        preflight(replace(cfg, validation=played))
 
     import torch
 
     from ragen_lit.evaluation.policy import load_evaluated_policy
-    from ragen_lit.evaluation.record import log_evaluation, write_report
+    from ragen_lit.evaluation.record import log_evaluations
     from ragen_lit.evaluation.report import format_evaluation
     from ragen_lit.warm_start import training_device
 
@@ -169,11 +225,8 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
         result = play(cfg, where, seeds, options, evaluated)
         print(format_evaluation(result), flush=True)
         results.append((cfg, result))
-    logged = [
-        log_evaluation(cfg, result, options.model, run_json, evaluated, store)
-        for (cfg, result), store in zip(results, stores, strict=True)
-    ]
-    write_report(out, options.model, evaluated, [result for _, result in results], logged)
+    # the report first, then MLflow: no evaluation is logged whose report was not written
+    logged = log_evaluations(out, options.model, run_json, evaluated, results, stores)
     print(f"report: {out}")
     for uri, run_id in logged:
         print(f"MLflow: {uri} (run {run_id})")

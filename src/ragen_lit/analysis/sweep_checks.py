@@ -1,0 +1,58 @@
+"""What `sweep` checks before any run starts, beyond each run's config (`plan` loads and validates every one): how
+many runs a sweep makes (`MAX_RUNS`), and `fit`'s own checks before training (`preflight`: installed packages,
+devices, memory, local paths, the model's shape, the env's options) on every grid point's config as its runs get it.
+A grid point this machine cannot run is refused in one line naming the point and the key, before any run trained.
+
+Runs that go to other machines (`--launcher submitit_slurm`, `--print-commands`) get the checks that need no machine
+only (the env's options against the context): a cluster's node has its own memory, cores and devices, and the run's
+`fit` checks them there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ragen_lit.config import Config
+from ragen_lit.errors import ConfigError
+
+MAX_RUNS = 10_000
+"""the most runs (grid points x seeds) one sweep makes: a larger grid is several sweeps (each its own folder, lock and
+`compare` target), and planning it would take minutes of this process before the first run"""
+
+
+def check_run_count(points: int, seeds: int, grid: str) -> None:
+    """`points` grid points x `seeds` seeds make at most `MAX_RUNS` runs; `grid`: how the points came about."""
+    if points * seeds > MAX_RUNS:
+        raise ConfigError(
+            f"{grid} = {points:,} grid point(s) x --seeds {seeds} = {points * seeds:,} runs; a sweep makes at most "
+            f"{MAX_RUNS:,} runs: split the grid into several sweeps, or give fewer values or seeds"
+        )
+
+
+def check_threads(threads: int) -> None:
+    """`--threads-per-run` of runs on this machine: no more than its cores (`fit` refuses more torch threads)."""
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        raise ConfigError(f"--threads-per-run {threads}: this machine has {cores} CPU cores; use at most {cores}")
+
+
+def check_runs(specs: list, configure: Callable[[Config], Config] | None) -> None:
+    """`fit`'s checks before training on each grid point's config (`specs`: the sweep's `RunSpec`s) as `configure`
+    makes it for its runs (the sweep's threads and placement); with `configure` None (the runs go to other machines)
+    the checks that need no machine. The seeds of a point differ in `trainer.seed` alone, which no check reads: one
+    check per point."""
+    from ragen_lit.preflight import check_env, preflight
+
+    checked: set[str] = set()
+    for spec in specs:
+        if spec.point in checked:
+            continue
+        checked.add(spec.point)
+        try:
+            if configure is None:
+                check_env(spec.config)
+            else:
+                preflight(configure(spec.config))
+        except ConfigError as error:
+            raise ConfigError(f"grid point {spec.point!r}: {error}") from None
