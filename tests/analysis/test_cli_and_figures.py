@@ -246,6 +246,20 @@ def test_regime_plane_limits_hold_every_point():
     assert ax.get_ylim()[0] < 2.0 / 4 and ax.get_ylim()[1] > 2.0 * 4
 
 
+def test_a_wide_plane_keeps_its_tick_labels_and_region_names_apart():
+    """An end point four decades below the band: ticks at the powers of ten alone, and the narrow regions (template
+    collapse, entropy blow-up) named upwards instead of across."""
+    (ax,) = collapse_figures.regime_plane({"p": [(1e-4, 1.2), (1.0, 5.0)]}).axes
+    ticks = [v for v in ax.xaxis.get_majorticklocs() if ax.get_xlim()[0] <= v <= ax.get_xlim()[1]]
+    assert ticks and all(np.isclose(np.log10(v), round(np.log10(v))) for v in ticks)
+    rotated = {text.get_text() for text in ax.texts if text.get_rotation() == 90}
+    assert rotated == {"template collapse", "entropy blow-up"}
+    # a plane of ordinary width writes every name across, with ticks at 1, 2 and 5 x the powers of ten
+    (ax,) = collapse_figures.regime_plane({"p": [(1.0, 3.0)]}).axes
+    assert not [text for text in ax.texts if text.get_rotation() == 90]
+    assert any(np.isclose(v, 2.0) for v in ax.xaxis.get_majorticklocs())
+
+
 def test_collapse_curves_draws_a_panel_per_stream_and_a_row_per_point(tmp_path):
     panels = [
         ("retrieval / chance", {"p": [[(1, 4.0), (6, 0.0)]], "none": []}, [("alarm", "p", 6), ("alarm", "p", 6)]),

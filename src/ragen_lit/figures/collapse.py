@@ -47,9 +47,16 @@ def log_limits(values: Sequence[float], keep: Sequence[float], margin: float = 1
     return min(positive) / margin, max(positive) * margin
 
 
+WIDE_LOG_SPAN = 1e3
+"""an axis wider than this ratio gets ticks at the powers of ten only (1, 2 and 5 x them would crowd its labels)"""
+
+
 def _plain_log_ticks(axis) -> None:
-    """Ticks of a log axis at 1, 2 and 5 x the powers of ten, written as plain numbers (0.5, 2, 10)."""
-    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    """Ticks of a log axis at 1, 2 and 5 x the powers of ten (the powers alone on an axis wider than
+    `WIDE_LOG_SPAN`, as set by its limits so far), written as plain numbers (0.5, 2, 10)."""
+    low, high = sorted(axis.get_view_interval())
+    subs = (1.0,) if low > 0 and high / low > WIDE_LOG_SPAN else (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -222,6 +229,10 @@ def _token_shape(end: Sequence[float], band: tuple[float, float]) -> str:
     return "o"
 
 
+NARROW_REGION = 0.2
+"""a region narrower than this share of the plane's (log) width has its name written upwards"""
+
+
 def _regions(ax, limits, mi_line: float, band: tuple[float, float], names: Sequence[str]) -> None:
     """Shade and name the plane's four regions (`names`: template collapse, entropy blow-up, low-entropy collapse,
     no MI loss); the collapse regions' names sit along the bottom edge, where runs seldom are (retrieval rarely
@@ -233,14 +244,18 @@ def _regions(ax, limits, mi_line: float, band: tuple[float, float], names: Seque
         (band[1], xhi, "#ff7f0e", blow_up),
         (xlo, band[0], "#1f77b4", low),
     )
+    span = np.log(xhi / xlo)
     for x0, x1, tint, name in below:
         ax.fill_between([x0, x1], ylo, mi_line, color=tint, alpha=0.08, linewidth=0, zorder=0)
+        narrow = np.log(x1 / x0) < NARROW_REGION * span  # its name, written across, would run into its neighbours'
         ax.text(
             np.sqrt(x0 * x1),
             ylo * 1.08,
-            name.replace(" ", "\n", 1),
+            name if narrow else name.replace(" ", "\n", 1),
             ha="center",
             va="bottom",
+            rotation=90 if narrow else 0,
+            fontsize="small" if narrow else None,
             color=tint,
             style="italic",
             zorder=1,
