@@ -34,6 +34,15 @@ def test_runs_are_loaded_with_tags_and_histories(runs):
     assert first.params["filter.strategy"] == "none" and first.tags["sweep"] == "rv"
 
 
+def test_stores_come_in_natural_order_of_their_seeds(tmp_path):
+    for seed in (10, 2, 1):
+        folder = tmp_path / f"filter.strategy-none-seed{seed}"
+        folder.mkdir()
+        (folder / "mlruns.db").touch()
+    found = find_stores([tmp_path])
+    assert [uri.split("seed")[1].split("/")[0] for uri in found] == ["1", "2", "10"]
+
+
 def test_means_stds_and_n_by_hand(runs):
     table = build_table(runs)
     base, top = row(table, BASE), row(table, TOP_P)

@@ -6,6 +6,7 @@ sqlite locks under many), so a comparison reads every `**/mlruns.db` under the f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -56,7 +57,8 @@ def store_folder(uri: str) -> Path | None:
 
 def find_stores(paths: Sequence[Path]) -> list[str]:
     """The sqlite URIs of every store under `paths` (a store file or any folder), shallowest first, so a
-    sweep folder's own store (if any) comes before its runs' stores; each store once."""
+    sweep folder's own store (if any) comes before its runs' stores, then in natural order of their paths
+    (`seed2` before `seed10`, so tables list a sweep's seeds in order); each store once."""
     found: list[str] = []
     for path in paths:
         if path.is_file():
@@ -64,9 +66,14 @@ def find_stores(paths: Sequence[Path]) -> list[str]:
                 raise ConfigError(f"{path} is a file but not an MLflow store: give a folder or a {STORE_NAME}")
             stores = [path]
         else:
-            stores = sorted(path.rglob(STORE_NAME), key=lambda p: (len(p.parts), str(p)))
+            stores = sorted(path.rglob(STORE_NAME), key=lambda p: (len(p.parts), _natural(str(p))))
         found.extend(uri for uri in map(sqlite_uri, stores) if uri not in found)
     return found
+
+
+def _natural(text: str) -> list[str | int]:
+    """A sort key that orders the digit runs of `text` as numbers: "seed2" < "seed10"."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def load_runs(uris: Sequence[str]) -> list[RunRecord]:
