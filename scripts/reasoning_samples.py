@@ -19,7 +19,8 @@ fragments that no longer make sentences. Two statistics separate them:
   also occurs in the same run's first-turn reasonings at iteration 1 (`rollouts/iter_00000.jsonl`, written before
   any update: the model's early vocabulary). Words are the runs of letters of the lower-cased text (`[a-z]+`), so
   digits and punctuation, cell coordinates among them, are not words. Every occurrence counts (token-weighted); a set
-  of reasonings without any word has none (NaN, printed "–"). It is 1.00 at iteration 1 by construction.
+  of reasonings without any word has none (NaN, printed "–"), nor has a run that kept no rollouts of iteration 1.
+  It is 1.00 at iteration 1 by construction.
 - shared across boards: the share of the iteration's first-turn reasonings whose exact text occurs for two or more
   different boards (distinct `seed` values, the environment seed; `group` where a row has no `seed`). The same text
   repeated for one board is not shared: a group's samples all see one board.
@@ -135,9 +136,13 @@ def first_turn_rows(path: Path) -> list[dict]:
     return rows
 
 
-def early_vocabulary(run: Path) -> set[str]:
-    """The words of the run's first-turn reasonings at iteration 1, before any update."""
-    return {word for row in first_turn_rows(rollout_path(run, FIRST_ITERATION)) for word in words(row["reasoning"])}
+def early_vocabulary(run: Path) -> set[str] | None:
+    """The words of the run's first-turn reasonings at iteration 1, before any update; None where the run kept no
+    rollouts of iteration 1 (a run resumed on a machine that lacked them), whose early-vocabulary share prints "–"."""
+    path = run / "rollouts" / f"iter_{FIRST_ITERATION:05d}.jsonl"
+    if not path.is_file():
+        return None
+    return {word for row in first_turn_rows(path) for word in words(row["reasoning"])}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,13 +155,13 @@ class Statistics:
     top_skeleton: float
     characters: float
     format_ok: float | None
-    early_vocabulary: float
+    early_vocabulary: float | None  # None: no rollouts of iteration 1 to compare with
     shared_across_boards: float
 
 
 def statistics(run: Path, iteration: int, vocabulary: set[str] | None = None) -> Statistics:
     """The statistics of `run`'s first-turn reasonings at (0-based) `iteration`; `vocabulary` is the run's early
-    vocabulary, read from its first rollout file when not given."""
+    vocabulary, read from its first rollout file when not given (and no share where that file is absent)."""
     path = rollout_path(run, iteration)
     rows = first_turn_rows(path)
     if not rows:
@@ -173,7 +178,7 @@ def statistics(run: Path, iteration: int, vocabulary: set[str] | None = None) ->
         top_skeleton=skeletons.most_common(1)[0][1] / len(texts),
         characters=sum(map(len, texts)) / len(texts),
         format_ok=format_ok_rate(run, iteration + 1),
-        early_vocabulary=early_vocabulary_share(texts, vocabulary),
+        early_vocabulary=None if vocabulary is None else early_vocabulary_share(texts, vocabulary),
         shared_across_boards=shared_across_boards(rows),
     )
 

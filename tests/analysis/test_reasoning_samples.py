@@ -84,6 +84,16 @@ def test_reasonings_without_words_or_a_logged_format_rate_print_a_dash(run_folde
     )
 
 
+def test_a_run_without_rollouts_of_iteration_1_has_no_early_vocabulary_share(run_folder):
+    _, run = run_folder
+    (run / "rollouts" / "iter_00000.jsonl").unlink()
+    # iteration 2 as in the test above, every statistic but the early-vocabulary share unchanged
+    assert reasoning_samples.describe(run, 1, top=0, label="point") == (
+        "point, iteration 2: 4 first-turn reasonings, 0.50 distinct, top skeleton 0.50, 11 characters, "
+        "valid format 0.50, early vocabulary –, shared across boards 0.50"
+    )
+
+
 def test_early_vocabulary_share_counts_word_occurrences_and_ignores_digits_and_punctuation():
     # words: go up to | up left ("UP2left": the digit separates two words); go, up, up of 5 in the vocabulary
     assert reasoning_samples.early_vocabulary_share(["Go up to (2, 3)!", "UP2left"], {"up", "go"}) == 3 / 5
