@@ -17,6 +17,7 @@ from ragen_lit.analysis.collapse import (
     replay_alarm,
     scope_points,
     start_and_levels,
+    learns,
     success_plateau,
     zscore_loss,
 )
@@ -131,6 +132,18 @@ def test_the_zscore_clause_and_the_plateau_by_hand():
     assert success_plateau(run({"rollout/success": [(1, 0.5)]})) is None
 
 
+def test_a_run_learns_when_its_last_three_validations_beat_its_first_by_five_points():
+    def validations(*values):
+        return run({"val/success": list(zip(range(0, 10 * len(values), 10), values))})
+
+    # last three (0.3, 0.2, 0.25) = 0.25 >= 0.2 + 0.05: a tie counts
+    assert learns(validations(0.2, 0.1, 0.3, 0.2, 0.25)) is True
+    assert learns(validations(0.2, 0.1, 0.3, 0.2, 0.2)) is False  # 0.233 < 0.25
+    assert learns(validations(0.5, 0.4, 0.45, 0.5)) is False  # falling behind its start is not learning
+    assert learns(validations(0.2, 0.9, 0.9)) is None  # three validations: no last three after the first
+    assert learns(validations(0.2, 0.3, 0.3, 0.3), margin=0.2) is False
+
+
 def test_replaying_the_alarm_with_other_settings():
     """The alarm's own rule on the logged stream: retrieval above chance at most a fifth of its baseline over the
     window, H(Z|X) held."""
@@ -161,13 +174,13 @@ def test_the_tables_count_outcomes_difference_shares_and_read_the_monitors():
         run({**template, **alarm, **success, "val/success": [(0, 0.2), (8, 0.25)]}, label="base", seed="0"),
         run(template, label="base", seed="1"),
         run(blow_up, label="filtered", seed="0"),
-        run(healthy, label="filtered", seed="1"),
+        run({**healthy, "val/success": [(0, 0.2), (2, 0.2), (4, 0.3), (8, 0.3)]}, label="filtered", seed="1"),
     ]
     text = collapse_markdown([read_run(r) for r in runs], baseline="base")
     assert (
-        "| base | 0 | 8 | – | template collapse | 8 | template collapse | 0.67 at 8 | – | 7 | – | – | 13 | 0.250 |"
+        "| base | 0 | 8 | – | template collapse | 8 | template collapse | 0.67 at 8 | – | 7 | – | – | 13 | 0.250 | – |"
     ) in text
-    blown = "| filtered | 0 | 8 | – | entropy blow-up | – | entropy blow-up | 2.50 at 6 | – | – | – | 7 | – | – |"
+    blown = "| filtered | 0 | 8 | – | entropy blow-up | – | entropy blow-up | 2.50 at 6 | – | – | – | 7 | – | – | – |"
     assert blown in text
     # (the blow-up's closest approach: step 6, where token entropy was 1.67 x its start, in the band)
     # 0/2 - 2/2 = -1, Newcombe -1 + sqrt(0.658² + 0.658²) above; Fisher: tables [[0, 2], [2, 0]] and
@@ -178,10 +191,13 @@ def test_the_tables_count_outcomes_difference_shares_and_read_the_monitors():
     ) in text
     assert "| base | 2 | 2/2 [0.34, 1.00] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | baseline |" in text
     # the alarm at 7 in one of the base's two: 1 step before the MI loss and 6 before the plateau at 13
-    assert "| base | alarm | 1/2 | 0/0 | 0/0 | 1/2 [0.09, 0.91] | 0/0 | -1 [-1, -1], n=1 | -6 [-6, -6], n=1 |" in text
-    assert "| filtered | alarm | 0/0 | 0/1 | 0/0 | 0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | – | – |" in text
-    assert "| filtered | entropy falls | 0/0 | 0/1 | 0/0 | 0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | – | – |" in text
-    two_sided = "| filtered | entropy two-sided | 0/0 | 1/1 | 0/0 | 1/1 [0.21, 1.00] | 1/1 [0.21, 1.00] | -1 [-1, -1]"
+    assert "| base | alarm | 1/2 | 0/0 | 0/0 | 1/2 [0.09, 0.91] | 0/0 | 0/0 | -1 [-1, -1], n=1 | -6 [-6, -6], n=1 |" in text
+    # the filtered run without MI loss learns (0.267 over the last 3 validations >= 0.2 + 0.05): its false alarm
+    # counts among the learners' too
+    learner = "0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | 1/1 [0.21, 1.00] | – | – |"
+    assert "| filtered | alarm | 0/0 | 0/1 | 0/0 | " + learner in text
+    assert "| filtered | entropy falls | 0/0 | 0/1 | 0/0 | " + learner in text
+    two_sided = "| filtered | entropy two-sided | 0/0 | 1/1 | 0/0 | 1/1 [0.21, 1.00] | 1/1 [0.21, 1.00] | 1/1"
     assert two_sided in text
     shares = "| all | 4 | 2/4 [0.15, 0.85] | 1/4 [0.05, 0.70] | 0/4 [0.00, 0.49] | 1/4 [0.05, 0.70] |"
     assert shares + " – | – | – | – |" in text

@@ -31,6 +31,10 @@ point), or `NO_LOSS`.
 level of token entropy or of either scope's H(Z|X) below the band); and a two-sided one (below or above it). Beside
 them the step where training success stopped improving: the last step of the first `PLATEAU_WINDOW`-iteration
 window with the highest mean `rollout/success`.
+
+**Runs that learn**: the mean of a run's last `LEARN_WINDOW` validations (`val/success`) is at least `LEARN_MARGIN`
+above its first (the validation before training). A monitor that fires on such a run without MI loss raised an alarm
+on a run that was doing well: the false-alarm rate a negative control measures.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ CHANCE_FACTOR = 2.0
 ENTROPY_BAND = (0.8, 2.0)
 ZSCORE_FRACTION = 0.25
 PLATEAU_WINDOW = 10
+LEARN_WINDOW = 3
+LEARN_MARGIN = 0.05
 
 TEMPLATE = "template collapse"
 BLOW_UP = "entropy blow-up"
@@ -168,6 +174,15 @@ def success_plateau(run: RunRecord, window: int = PLATEAU_WINDOW) -> int | None:
     return history[best + window - 1][0]
 
 
+def learns(run: RunRecord, window: int = LEARN_WINDOW, margin: float = LEARN_MARGIN) -> bool | None:
+    """Whether the mean of the run's last `window` validations is at least `margin` above its first; None for a
+    run with fewer than `window` + 1 validations."""
+    history = run.metrics.get("val/success", [])
+    if len(history) < window + 1:
+        return None
+    return sum(v for _, v in history[-window:]) / window >= history[0][1] + margin
+
+
 def alarm_onset(run: RunRecord) -> int | None:
     """The first step the run's collapse alarm was on (`collapse/alarm` = 1), None if it never fired or was off."""
     return next((step for step, value in run.metrics.get("collapse/alarm", []) if value > 0.5), None)
@@ -192,7 +207,8 @@ class CollapseReading:
     MI loss (or `NO_LOSS`); `template`: the first step any scope was in template collapse; `regime_end`: the regime
     of the last point (`NO_LOSS` when MI held there); `closest`: the lowest retrieval level over twice chance's at
     a point whose entropies were in the band, and its step (at most 1: template collapse); `zscore`: the z-score
-    clause's first step; the monitors' and the success plateau's steps."""
+    clause's first step; the monitors' and the success plateau's steps; `learns`: whether validation success rose
+    (`learns`)."""
 
     run: RunRecord
     onset: dict[str, int | None]
@@ -205,6 +221,7 @@ class CollapseReading:
     entropy_falls: int | None
     entropy_two_sided: int | None
     plateau: int | None
+    learns: bool | None
 
     @property
     def mi_loss(self) -> int | None:
@@ -241,4 +258,5 @@ def read_run(run: RunRecord, alarm_settings: dict | None = None) -> CollapseRead
         entropy_flag(run, two_sided=False),
         entropy_flag(run, two_sided=True),
         success_plateau(run),
+        learns(run),
     )

@@ -35,6 +35,10 @@ def _offsets(offsets: Sequence[int]) -> str:
     return f"{median:+g} [{min(offsets):+d}, {max(offsets):+d}], n={len(offsets)}"
 
 
+def _learns(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
 def _difference(k: int, n: int, k0: int, n0: int) -> str:
     d = proportion_difference(k, n, k0, n0)
     return f"{d.delta:+.3g} [{d.low:+.3g}, {d.high:+.3g}] | {fisher_exact_p(k, n, k0, n0):.3g}"
@@ -44,8 +48,8 @@ def run_rows(readings: Sequence[CollapseReading]) -> list[str]:
     lines = [
         "| point | seed | MI loss (first turn) | MI loss (trajectory) | outcome | template collapse | "
         "regime at the end | closest approach | z-score loss | alarm | entropy falls | entropy two-sided | "
-        "success plateau | final val success |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "success plateau | final val success | learns |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in readings:
         final = r.run.metrics.get("val/success", [])
@@ -54,7 +58,8 @@ def run_rows(readings: Sequence[CollapseReading]) -> list[str]:
             f"| {_text(r.run.label)} | {r.run.seed or r.run.name} | {_step(r.onset['first_turn'])}"
             f" | {_step(r.onset['trajectory'])} | {r.outcome} | {_step(r.template)} | {r.regime_end or '–'}"
             f" | {closest} | {_step(r.zscore)} | {_step(r.alarm)} | {_step(r.entropy_falls)}"
-            f" | {_step(r.entropy_two_sided)} | {_step(r.plateau)} | {f'{final[-1][1]:.3f}' if final else '–'} |"
+            f" | {_step(r.entropy_two_sided)} | {_step(r.plateau)} | {f'{final[-1][1]:.3f}' if final else '–'}"
+            f" | {_learns(r.learns)} |"
         )
     return lines
 
@@ -88,19 +93,21 @@ def outcome_rows(points: dict[str, list[CollapseReading]], baseline: str | None)
 def monitor_rows(points: dict[str, list[CollapseReading]]) -> list[str]:
     lines = [
         "| point | monitor | on template collapse | on entropy blow-up | on low-entropy collapse | on any MI loss | "
-        "false alarms (no MI loss) | firing − MI loss (steps) | firing − success plateau (steps) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "false alarms (no MI loss) | false alarms (no MI loss, learns) | firing − MI loss (steps) | "
+        "firing − success plateau (steps) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, members in points.items():
         for monitor in MONITORS:
 
-            def fired(outcomes, members=members, monitor=monitor) -> tuple[int, int]:
-                runs = [r for r in members if r.outcome in outcomes]
+            def fired(outcomes, members=members, monitor=monitor, learned=False) -> tuple[int, int]:
+                runs = [r for r in members if r.outcome in outcomes and (r.learns or not learned)]
                 return sum(r.monitor(monitor) is not None for r in runs), len(runs)
 
             lost = [r for r in members if r.mi_loss is not None and r.monitor(monitor) is not None]
             cells = [f"{k}/{n}" for k, n in (fired({outcome}) for outcome in OUTCOMES[:3])]
             cells += [_share(*fired(set(OUTCOMES[:3]))), _share(*fired({NO_LOSS}))]
+            cells += [_share(*fired({NO_LOSS}, learned=True))]
             cells += [
                 _offsets([r.monitor(monitor) - r.mi_loss for r in lost]),
                 _offsets([r.monitor(monitor) - r.plateau for r in lost if r.plateau is not None]),
@@ -112,11 +119,11 @@ def monitor_rows(points: dict[str, list[CollapseReading]]) -> list[str]:
 def collapse_markdown(readings: Sequence[CollapseReading], baseline: str | None = None) -> str:
     """Three tables: a row per run (each scope's first MI loss, the outcome, the first template collapse, the
     regime at the end, the closest approach to template collapse, the z-score clause, the three monitors, the
-    success plateau, the final validation success); per point (and all runs) the outcomes' shares with Wilson's 95%
-    intervals and, against the `baseline` point, the differences of the template-collapse and the MI-loss shares
-    with Newcombe's 95% intervals and Fisher's exact p; per point and monitor its hits on each regime, its false
-    alarms on runs without MI loss (Wilson's intervals) and its steps after the MI loss and the success plateau
-    (median [range], n)."""
+    success plateau, the final validation success, whether the run learns); per point (and all runs) the outcomes'
+    shares with Wilson's 95% intervals and, against the `baseline` point, the differences of the template-collapse
+    and the MI-loss shares with Newcombe's 95% intervals and Fisher's exact p; per point and monitor its hits on each
+    regime, its false alarms on runs without MI loss and on those of them that learn (Wilson's intervals) and its
+    steps after the MI loss and the success plateau (median [range], n)."""
     points: dict[str, list[CollapseReading]] = {}
     for r in readings:
         points.setdefault(r.run.label, []).append(r)
