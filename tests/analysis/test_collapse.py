@@ -13,11 +13,11 @@ from ragen_lit.analysis.collapse import (
     TEMPLATE,
     entropy_flag,
     entropy_state,
+    learns,
     read_run,
     replay_alarm,
     scope_points,
     start_and_levels,
-    learns,
     success_plateau,
     zscore_loss,
 )
@@ -191,7 +191,10 @@ def test_the_tables_count_outcomes_difference_shares_and_read_the_monitors():
     ) in text
     assert "| base | 2 | 2/2 [0.34, 1.00] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | 0/2 [0.00, 0.66] | baseline |" in text
     # the alarm at 7 in one of the base's two: 1 step before the MI loss and 6 before the plateau at 13
-    assert "| base | alarm | 1/2 | 0/0 | 0/0 | 1/2 [0.09, 0.91] | 0/0 | 0/0 | -1 [-1, -1], n=1 | -6 [-6, -6], n=1 |" in text
+    assert (
+        "| base | alarm | 1/2 | 0/0 | 0/0 | 1/2 [0.09, 0.91] | 0/0 | 0/0 | -1 [-1, -1], n=1 | -6 [-6, -6], n=1 |"
+        in text
+    )
     # the filtered run without MI loss learns (0.267 over the last 3 validations >= 0.2 + 0.05): its false alarm
     # counts among the learners' too
     learner = "0/1 [0.00, 0.79] | 1/1 [0.21, 1.00] | 1/1 [0.21, 1.00] | – | – |"
