@@ -8,6 +8,7 @@ import pytest
 from ragen_lit.cli import main
 from ragen_lit.config import Config, ConfigError, EnvConfig, LoggingConfig, ModelConfig, load_config, render_yaml
 from ragen_lit.envs import ENV_CLASSES
+from ragen_lit.typed_fields import field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,6 +116,61 @@ def test_render_yaml_round_trips_every_field(tmp_path):
     assert load_config(str(path)) == cfg
 
 
+def _comment_words(text: str) -> list[str]:
+    """The words of every comment in a rendered config, in order (a field's comment after its `  # `, a comment
+    line after its `# `)."""
+    words = []
+    for line in text.splitlines():
+        code, mark, comment = line.partition("  # ")
+        if not mark and code.lstrip().startswith("#"):
+            comment = code.lstrip()[1:]
+        words += comment.split()
+    return words
+
+
+def _docs_in_order(obj) -> list[str]:
+    """The words of every field's doc of a config (section) in rendering order."""
+    docs = field_docs(type(obj))
+    words = []
+    for f in dataclasses.fields(obj):
+        words += docs[f.name].split()
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            words += _docs_in_order(value)
+    return words
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["env.options={path: /data/search_qa/natural_questions_open_dev.jsonl, top_k: 3}"]],
+    ids=["defaults", "a long value"],
+)
+def test_render_yaml_wraps_every_comment_at_120_columns_and_loses_no_word(tmp_path, overrides):
+    """Long docs (and a long header line) are wrapped, not cut: no line over 120 characters, every word of the
+    header and of every doc still there in order, and the YAML loads to the same config. After a long value
+    the comment goes above its field."""
+    cfg = load_config(None, overrides)
+    header = "# " + " ".join(f"word{i}" for i in range(60))
+    text = render_yaml(cfg, header)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert any(line.startswith(" " * 10) and line.lstrip().startswith("# ") for line in text.splitlines())
+    sections = [getattr(cfg, f.name) for f in dataclasses.fields(Config)]
+    assert _comment_words(text) == header[2:].split() + [w for section in sections for w in _docs_in_order(section)]
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    assert load_config(str(path)) == cfg
+    if overrides:
+        lines = text.splitlines()
+        options = next(i for i, line in enumerate(lines) if line.startswith("  options: "))
+        assert "#" not in lines[options] and lines[options - 1].startswith("  # constructor options")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "conf").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_shipped_configs_have_no_line_over_120_characters(path):
+    too_long = [i for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 120]
+    assert not too_long, f"{path.name}: lines {too_long} are over 120 characters (run scripts/make_configs.py)"
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "conf").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_shipped_configs_load_show_every_field_and_start_with_their_command(path):
     cfg = load_config(str(path))
@@ -123,7 +179,10 @@ def test_shipped_configs_load_show_every_field_and_start_with_their_command(path
     for section in dataclasses.fields(Config):
         for f in dataclasses.fields(getattr(cfg, section.name)):
             assert f"  {f.name}: " in text, f"{path.name} lacks {section.name}.{f.name}"
-    assert all("#" in line for line in text.splitlines() if line.startswith("  "))
+    # every field has its comment: beside it, or (after a long value) on the line above
+    lines = text.splitlines()
+    fields = [i for i, line in enumerate(lines) if line.startswith("  ") and not line.lstrip().startswith("#")]
+    assert all("  # " in lines[i] or lines[i - 1].lstrip().startswith("# ") for i in fields)
 
 
 def test_cli_reports_one_line_without_traceback():
