@@ -109,8 +109,14 @@ def shared_across_boards(rows: Iterable[Mapping]) -> float:
     return sum(len(boards[row["reasoning"]]) >= 2 for row in rows) / len(rows)
 
 
+def rollout_file(run: Path, iteration: int) -> Path:
+    """Where `fit` writes the rollouts of (0-based) `iteration` (`logging.save_rollouts=true`)."""
+    return run / "rollouts" / f"iter_{iteration:05d}.jsonl"
+
+
 def rollout_path(run: Path, iteration: int) -> Path:
-    path = run / "rollouts" / f"iter_{iteration:05d}.jsonl"
+    """The rollout file of `iteration`, refused in one line naming the saved ones where it is missing."""
+    path = rollout_file(run, iteration)
     if not path.is_file():
         raise SystemExit(
             f"reasoning_samples: {path} does not exist (saved iterations: "
@@ -139,7 +145,7 @@ def first_turn_rows(path: Path) -> list[dict]:
 def early_vocabulary(run: Path) -> set[str] | None:
     """The words of the run's first-turn reasonings at iteration 1, before any update; None where the run kept no
     rollouts of iteration 1 (a run resumed on a machine that lacked them), whose early-vocabulary share prints "–"."""
-    path = run / "rollouts" / f"iter_{FIRST_ITERATION:05d}.jsonl"
+    path = rollout_file(run, FIRST_ITERATION)
     if not path.is_file():
         return None
     return {word for row in first_turn_rows(path) for word in words(row["reasoning"])}
