@@ -28,6 +28,7 @@ BOTTOM = {
     "figures",
     "shapes",
     "provenance",
+    "seeds",
 }
 PARALLEL = {
     "parallel",
@@ -50,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "engines": {"choices", "errors", "models", "kernels", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
-    "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
+    "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes", "seeds"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "bounds", "overrides"},
     "bounds": {"errors"},

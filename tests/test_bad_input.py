@@ -57,7 +57,7 @@ CASES = {
     "missing critic folder": (None, ["model.critic_path=/no/such/folder"], "model.critic_path='/no/such/folder'"),
     "vllm not installed": (None, ["rollout.engine=vllm"], "rollout.engine=vllm needs the vllm extra"),
     "context too short": (None, ["rollout.max_context_tokens=16"], "rollout.max_context_tokens=16"),
-    "trajectory share zero": (None, ["filter.level=trajectory", "filter.value=0"], "filter.value=0.0"),
+    "trajectory share zero": (None, ["filter.level=trajectory", "filter.value=0"], "filter.value=0.0 is out of range"),
     "lora rank negative": (None, ["model.lora.r=-1"], "model.lora.r=-1 is out of range; it must be >= 0"),
     "lora dropout one": (None, ["model.lora.dropout=1"], "model.lora.dropout=1"),
     "lora unknown key": (None, ["model.lora.rank=8"], "model.lora.rank: unknown key; keys of model.lora are: r, alpha"),
@@ -116,8 +116,12 @@ CASES = {
     "seed beyond numpy's": (None, ["trainer.seed=4294967296"], "trainer.seed=4294967296 is out of range"),
     "negative env seed": (None, ["rollout.seed=-1"], "rollout.seed=-1 is out of range; it must be >= 0"),
     # a filter that keeps nothing
-    "top_p keeps nothing": (None, ["filter.value=0"], "filter.value=0.0 is out of range for strategy top_p"),
-    "top_k keeps nothing": (None, ["filter.strategy=top_k", "filter.value=0"], "filter.value=0.0: top_k takes"),
+    "top_p keeps nothing": (None, ["filter.value=0"], "filter.value=0.0 is out of range for filter.strategy=top_p"),
+    "top_k keeps nothing": (
+        None,
+        ["filter.strategy=top_k", "filter.value=0"],
+        "filter.value=0.0 is out of range for filter.strategy=top_k",
+    ),
     # where a run writes
     "run name outside the output folder": (None, ["logging.run_name=../../x"], "logging.run_name='../../x' must be"),
     "empty output folder": (None, ["logging.output_dir="], "logging.output_dir='' is empty"),

@@ -203,7 +203,7 @@ def test_cli_reports_one_line_without_traceback():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: filter.value=1.5 is out of range for strategy top_p; it must be in (0, 1] (0 keeps no group)"
+        "error: filter.value=1.5 is out of range for filter.strategy=top_p; it must be in (0, 1] (0 keeps no group)"
     ]
 
 
@@ -218,8 +218,8 @@ def test_cli_reports_one_line_without_traceback():
         ),
         (
             ["filter.level=trajectory", "filter.value=0"],
-            "filter.value=0.0 keeps nothing at filter.level=trajectory; it must be > 0 (the share of each "
-            "group's rollouts kept)",
+            "filter.value=0.0 is out of range for filter.level=trajectory; it must be in (0, 1] (the share of "
+            "each group's rollouts kept; 0 keeps none)",
         ),
     ],
 )

@@ -4,7 +4,7 @@ fails."""
 from __future__ import annotations
 
 from ragen_lit.bounds import check_config as check_bounds
-from ragen_lit.choices import uses_critic
+from ragen_lit.choices import filter_value_error, uses_critic
 from ragen_lit.config.sections import SECTIONS, Config
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
@@ -32,11 +32,9 @@ def validate(cfg: Config) -> Config:
                 "top and bottom filter.value share of each group's rollouts; leave filter.strategy=top_p (the "
                 "default) or use filter.level=group"
             )
-        if not flt.value > 0:
-            raise ConfigError(
-                f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
-                "of each group's rollouts kept)"
-            )
+    value_error = filter_value_error(flt.strategy, flt.value, flt.level)
+    if value_error is not None:
+        raise ConfigError(value_error)
     if not uses_critic(cfg.algo.advantage) and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"algo.advantage={cfg.algo.advantage} with rollout.group_size={cfg.rollout.group_size}: a group-relative "
@@ -48,17 +46,6 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
             "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
-        )
-    if flt.strategy in ("top_p", "top_p_softmax") and not 0.0 < flt.value <= 1.0:
-        raise ConfigError(
-            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in (0, 1] "
-            "(0 keeps no group)"
-        )
-    if flt.strategy == "min_p" and not 0.0 <= flt.value <= 1.0:
-        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy min_p; it must be in [0, 1]")
-    if flt.strategy == "top_k" and (flt.value <= 0 or flt.value >= 1 and flt.value != int(flt.value)):
-        raise ConfigError(
-            f"filter.value={flt.value!r}: top_k takes a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)"
         )
     _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:

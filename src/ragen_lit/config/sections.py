@@ -162,7 +162,7 @@ class FilterConfig:
     """false: drop zero-variance groups before selection"""
     level: str = checked("group", choices=("group", "trajectory"))
     """group (keep whole prompts) | trajectory (keep the top and bottom filter.value share of the rollouts inside
-    every group, Table 7; strategy must stay top_p, value > 0)"""
+    every group, Table 7; strategy must stay top_p, value in (0, 1])"""
     quartile: int = checked(1, ge=1, le=4)
     """strategy=quartile: train only on this RV quartile (1 = highest variance)"""
     minibatch: str = checked("scale", choices=("scale", "fixed"))
