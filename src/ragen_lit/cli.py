@@ -10,14 +10,13 @@ import os
 import shlex
 import sys
 import time
-import typing
 from pathlib import Path
 
 # nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
 # Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import field_docs, flag
+from ragen_lit.typed_fields import add_option_flags
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
@@ -254,23 +253,6 @@ def continue_command(config: str | None, overrides: list[str], folder: str) -> s
     return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
 
 
-def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
-    """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
-    docs, types = field_docs(options), typing.get_type_hints(options)
-    for f in dataclasses.fields(options):
-        help_text = docs[f.name].replace("%", "%%")  # argparse %-formats help texts
-        kwargs: dict = {"help": help_text, "choices": f.metadata.get("choices")}
-        if f.default is dataclasses.MISSING:
-            kwargs["required"] = True
-        else:
-            kwargs["default"] = f.default
-        if int in (types[f.name], *typing.get_args(types[f.name])):
-            kwargs["type"] = int
-        elif float in (types[f.name], *typing.get_args(types[f.name])):
-            kwargs["type"] = float
-        parser.add_argument(flag(f.name), **kwargs)
-
-
 def _compare_command(args) -> int:
     from ragen_lit.analysis.compare import run_compare
 
@@ -307,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "warm-start":
         from ragen_lit.warm_start import WarmStartOptions
 
-        _add_option_flags(p_warm, WarmStartOptions)
+        add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")
     p_warm.set_defaults(func=_warm_start_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
@@ -352,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "diagnose":
         from ragen_lit.diagnose import DiagnoseOptions
 
-        _add_option_flags(p_diag, DiagnoseOptions)
+        add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     p_eval = sub.add_parser(
         "evaluate", help="play a model (a run, checkpoint, model folder or preset) on fixed episodes: success, pass@k"
@@ -366,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "evaluate":
         from ragen_lit.evaluation.run import EvaluateOptions
 
-        _add_option_flags(p_eval, EvaluateOptions)
+        add_option_flags(p_eval, EvaluateOptions)
     p_eval.add_argument("overrides", nargs="*", help="key.sub=value overrides applied to every config, as for fit")
     p_eval.set_defaults(func=_evaluate_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")
