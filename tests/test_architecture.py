@@ -78,8 +78,10 @@ ALLOWED: dict[str, set[str]] = {
         "parallel.collectives",
     },
     # the package's own __init__ for its version
+    "warm_start_options": {"typed_fields"},
     "warm_start": {
         "__init__",
+        "warm_start_options",
         "errors",
         "typed_fields",
         "config",
@@ -114,7 +116,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
     "sweep_app": {"analysis"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "evaluation", "analysis", "warm_start", "provenance", "preflight"},
+    "cli": BELOW_TRAINING
+    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "provenance", "preflight"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

@@ -23,17 +23,17 @@ _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
 def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     """Train; returns the end-of-run summary. `verbose` keeps third-party INFO lines, tips and warnings."""
+    from ragen_lit.preflight import preflight
+
+    started = time.perf_counter()
+    preflight(cfg)  # first: a mistake is refused before torch, Lightning or transformers are imported
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
-    started = time.perf_counter()
     quiet_third_party(verbose)
-    from ragen_lit.preflight import preflight
-
-    preflight(cfg)
     run_dir, ckpt_path, info = resolve_run_dir(cfg)
     changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
     finished = finished_run(cfg, info) if ckpt_path else None
@@ -225,12 +225,14 @@ def _export_command(args) -> int:
 
 def _warm_start_command(args) -> int:
     from ragen_lit.preflight import preflight
+    from ragen_lit.warm_start_options import WarmStartOptions
+
+    cfg = load_config(args.config, list(args.overrides))
+    preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import RECORD, WarmStartOptions, warm_start
+    from ragen_lit.warm_start import RECORD, warm_start
 
     quiet_third_party()
-    cfg = load_config(args.config, list(args.overrides))
-    preflight(cfg)  # the checks `fit` makes first: a model path, the env's options, the device
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
     record = warm_start(cfg, options)
     out = str(Path(options.out).expanduser().resolve())
@@ -268,8 +270,8 @@ def _compare_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # the command's word: the top level takes no option with a value. The flags of warm-start and diagnose come from
-    # option classes in modules that import torch, loaded only for that command
+    # the command's word: the top level takes no option with a value. The flags of warm-start, diagnose and evaluate
+    # come from their option classes, loaded only for that command (diagnose's module imports torch)
     command = next((word for word in argv if not word.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
     if command == "warm-start":
-        from ragen_lit.warm_start import WarmStartOptions
+        from ragen_lit.warm_start_options import WarmStartOptions
 
         add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")

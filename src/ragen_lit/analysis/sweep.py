@@ -390,9 +390,10 @@ def run_sweep(
             configure = partial(placed, threads=threads)
     elif not print_commands:
         check_threads(threads)
-        import torch
+        if devices:  # torch is imported only to count the GPUs named
+            import torch
 
-        check_devices(devices, torch.cuda.device_count())
+            check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
         pool = slots(parallel, threads, devices)
         run = (partial(run_all, pool=pool), f"{len(pool)} at a time")
