@@ -5,7 +5,9 @@ User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import os
 import shlex
 import sys
@@ -30,34 +32,41 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.run_lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
     quiet_third_party(verbose)
-    run_dir, ckpt_path, info = resolve_run_dir(cfg)
-    changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
-    finished = finished_run(cfg, info) if ckpt_path else None
-    if finished:
-        print(finished_message(run_dir, finished))
-        return finished["summary"]
-    if rank_zero_only.rank == 0:  # the other ranks start after rank zero opened it
-        from ragen_lit.training.store import open_store
+    rank_zero = rank_zero_only.rank == 0
+    with contextlib.ExitStack() as held:  # the run folder's lock (`run_lock`) and this process's settings, undone
+        # one process trains a run folder: a resumed run's is held from here, a new run's once made (below); the
+        # other ranks train rank zero's
+        resolve = functools.partial(resolve_run_dir, cfg)
+        run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
+        if lock is not None:
+            held.enter_context(lock)
+        changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
+        finished = finished_run(cfg, info) if ckpt_path else None
+        if finished:
+            print(finished_message(run_dir, finished))
+            return finished["summary"]
+        if rank_zero:  # the other ranks start after rank zero opened it
+            from ragen_lit.training.store import open_store
 
-        open_store(cfg)  # last: a run refused above leaves no store behind
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
-    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
-    # ranks launched by Lightning re-run this command: they must share rank 0's run folder
-    inherited = os.environ.get(_RUN_DIR_ENV)
-    if inherited:
-        run_dir = Path(inherited)
-    else:
-        os.environ[_RUN_DIR_ENV] = str(run_dir)
-    try:
+            open_store(cfg)  # last: a run refused above leaves no store behind
+        if cfg.trainer.threads:
+            torch.set_num_threads(cfg.trainer.threads)
+        torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
+        # ranks launched by Lightning re-run this command: they must share rank 0's run folder
+        inherited = os.environ.get(_RUN_DIR_ENV)
+        if inherited:
+            run_dir = Path(inherited)
+        else:
+            os.environ[_RUN_DIR_ENV] = str(run_dir)
+            held.callback(os.environ.pop, _RUN_DIR_ENV, None)
+        if rank_zero and lock is None:
+            held.enter_context(hold(run_dir))
         return _fit(cfg, run_dir, ckpt_path, info, changes, started, verbose)
-    finally:
-        if not inherited:
-            os.environ.pop(_RUN_DIR_ENV, None)
 
 
 def _fit(
