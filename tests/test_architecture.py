@@ -58,6 +58,8 @@ ALLOWED: dict[str, set[str]] = {
     "checkpoint_files": set(),
     "folder_lock": set(),
     "run_lock": {"errors", "folder_lock"},
+    # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
+    "killed_runs": {"checkpoint_files", "config", "errors", "run_lock", "training"},
     "machine_bounds": {"errors", "presets"},
     "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
@@ -132,7 +134,7 @@ ALLOWED: dict[str, set[str]] = {
     "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
     | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "provenance", "preflight"}
-    | {"run_lock"},
+    | {"run_lock", "killed_runs"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

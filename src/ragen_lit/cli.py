@@ -32,6 +32,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.killed_runs import mark_killed
     from ragen_lit.run_lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
@@ -42,7 +43,11 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
         # one process trains a run folder: a resumed run's is held from here, a new run's once made (below); the
         # other ranks train rank zero's
         resolve = functools.partial(resolve_run_dir, cfg)
-        run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
+        try:
+            run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
+        finally:  # refused or not: the runs of this name a kill left RUNNING say so (this one, held now, is not)
+            if rank_zero:
+                mark_killed(cfg)
         if lock is not None:
             held.enter_context(lock)
         changes = check_resume(cfg, run_dir, info) if ckpt_path else {}

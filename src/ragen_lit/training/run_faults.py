@@ -17,6 +17,10 @@ from pathlib import Path
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import RunError
 
+STOPPED_TAG = "ragen_lit.stopped"
+"""the MLflow tag that says why a run stopped before its end: a fault's line on a FAILED run, a kill on a KILLED one
+(`killed_runs`); a resume takes it away (`tracking.make_logger`)"""
+
 
 def machine_fault(err: BaseException, store: str) -> str | None:
     """What could not be written and why, for a fault of the file system or of the MLflow store (`store`: its URI);
