@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -88,7 +87,13 @@ def _fit(
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
-    from ragen_lit.training.loggers import close_extra_loggers, log_summary, make_extra_loggers, where_logged
+    from ragen_lit.training.loggers import (
+        close_extra_loggers,
+        folders_in,
+        log_summary,
+        make_extra_loggers,
+        where_logged,
+    )
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
@@ -132,10 +137,12 @@ def _fit(
             close_extra_loggers(extra, succeeded=True)
             record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
     except BaseException as err:
-        fault = machine_fault(err, logger._tracking_uri)
+        fault = machine_fault(err, logger._tracking_uri, folders_in(run_dir))
+        why = f"{fault}; the run stopped {where_stopped(trainer)}" if fault else f"{type(err).__name__}: {err}"
         if rank_zero:
-            close_extra_loggers(extra, succeeded=False)
-        refused = logger.close("FAILED") if rank_zero else None  # Lightning closed it already if it was in training
+            close_extra_loggers(extra, succeeded=False, stopped_by=err)
+        # Lightning marked it FAILED already if it was in training; the reason is added either way
+        refused = logger.close("FAILED", why.strip().splitlines()[0]) if rank_zero else None
         if fault is None:
             raise
         status = mlflow_status("FAILED", refused)
@@ -244,7 +251,7 @@ def _warm_start_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
     preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import RECORD, warm_start
+    from ragen_lit.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
@@ -258,15 +265,6 @@ def _warm_start_command(args) -> int:
             "bfloat16 weights (README, Precision)"
         )
     return 0
-
-
-def continue_command(config: str | None, overrides: list[str], folder: str) -> str:
-    """The `fit` command that trains the warm-started model in `folder` on the same config and overrides: the model
-    overrides (`model=...`, `model.name`, `model.path`) are replaced by `model.name=hf model.path=<folder>`."""
-    replaced = ("model=", "model.name=", "model.path=")
-    kept = [o for o in overrides if not o.startswith(replaced)]
-    words = ["python", "-m", "ragen_lit", "fit", *(["--config", config] if config else []), *kept]
-    return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
 
 
 def _compare_command(args) -> int:

@@ -53,20 +53,21 @@ def check_logger_packages(cfg: Config) -> None:
 
 def check_wandb_login(cfg: Config) -> None:
     """W&B online (`logging.wandb_mode=online`) needs a login on this machine (`wandb login`, WANDB_API_KEY); without
-    one `wandb.init` would fail mid-setup, after the model loaded. Checked offline: whether a key is configured, not
-    whether the server takes it (a terminal without a key is asked for one, as `wandb login` asks)."""
+    one, or with a key that is not one (W&B's own check of its form), `wandb.init` would fail mid-setup, after the
+    model loaded. Checked offline: whether a key is configured and well formed, not whether the server takes it (a
+    terminal without a key is asked for one, as `wandb login` asks)."""
     if "wandb" not in cfg.logging.loggers or cfg.logging.wandb_mode != "online":
         return
     import os
 
     import wandb
-    from wandb.errors import UsageError
+    from wandb.errors import AuthenticationError, UsageError
 
     silent = os.environ.get("WANDB_SILENT")
     os.environ["WANDB_SILENT"] = "true"  # its "API key is configured" line says nothing the run does not
     try:
         wandb.login(verify=False)
-    except UsageError as err:
+    except (UsageError, AuthenticationError) as err:
         raise ConfigError(
             f"logging.wandb_mode=online: {str(err).splitlines()[0]} (run `wandb login` or set WANDB_API_KEY), or "
             "keep logging.wandb_mode=offline and upload the run later with `wandb sync`"

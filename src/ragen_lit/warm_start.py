@@ -25,6 +25,7 @@ Full fine-tuning whatever `model.lora` says; the device follows `trainer.acceler
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -71,6 +72,15 @@ class Validation:
             f"success {self.success:.1%}, format ok in {self.format_ok_rate:.1%} of turns, "
             f"a valid action in {self.valid_turn_rate:.1%}"
         )
+
+
+def continue_command(config: str | None, overrides: list[str], folder: str) -> str:
+    """The `fit` command that trains the warm-started model in `folder` on the same config and overrides: the model
+    overrides (`model=...`, `model.name`, `model.path`) are replaced by `model.name=hf model.path=<folder>`."""
+    replaced = ("model=", "model.name=", "model.path=")
+    kept = [o for o in overrides if not o.startswith(replaced)]
+    words = ["python", "-m", "ragen_lit", "fit", *(["--config", config] if config else []), *kept]
+    return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
 
 
 def training_device(accelerator: str) -> torch.device:

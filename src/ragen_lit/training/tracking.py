@@ -137,8 +137,7 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.training.run_faults import STOPPED_TAG
-    from ragen_lit.training.run_logger import RunLogger
+    from ragen_lit.training.run_logger import STOPPED_TAG, RunLogger
 
     if rank_zero_only.rank == 0:
         ensure_experiment(cfg)
@@ -150,7 +149,7 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
         tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
     if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
-        # a resumed run runs again, whatever its last process left it as (and said why: `run_faults.STOPPED_TAG`)
+        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
         logger.experiment.update_run(logger.run_id, status="RUNNING")
         if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
             logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
