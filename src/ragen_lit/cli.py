@@ -44,11 +44,11 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
         resolve = functools.partial(resolve_run_dir, cfg)
         try:
             run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
+            if lock is not None:
+                held.enter_context(lock)
         finally:  # refused or not: the runs of this name a kill left RUNNING say so (this one, held now, is not)
             if rank_zero:
                 mark_killed(cfg)
-        if lock is not None:
-            held.enter_context(lock)
         changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
         finished = finished_run(cfg, info) if ckpt_path else None
         if finished:

@@ -42,8 +42,7 @@ class Held(Exception):
 class FolderLock:
     """A lock this process holds until `release` (or the end of a `with` block, or of the process)."""
 
-    def __init__(self, path: Path, descriptor: int):
-        self.path = path
+    def __init__(self, descriptor: int):
         self._descriptor: int | None = descriptor
 
     def release(self) -> None:
@@ -71,7 +70,7 @@ def take(path: Path) -> FolderLock:
     _HELD.add(descriptor)
     os.ftruncate(descriptor, 0)
     os.write(descriptor, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-    return FolderLock(path, descriptor)
+    return FolderLock(descriptor)
 
 
 def holder(path: Path) -> str | None:

@@ -27,8 +27,8 @@ from ragen_lit.training.store import check_sqlite_store, sqlite_store
 from ragen_lit.training.tracking import default_run_name, run_folder_pattern, tracking_uri
 
 
-def mark_killed(cfg: Config) -> list[Path]:
-    """Mark KILLED the killed runs of `cfg`'s name (module docstring); returns their folders."""
+def mark_killed(cfg: Config) -> None:
+    """Mark KILLED the killed runs of `cfg`'s name (module docstring)."""
     root = Path(cfg.logging.output_dir).resolve()
     name = default_run_name(cfg)
     pattern = run_folder_pattern(name)
@@ -45,18 +45,18 @@ def mark_killed(cfg: Config) -> list[Path]:
     store = tracking_uri(cfg) if unfinished else None
     unfinished = [(folder, info) for folder, info in unfinished if info.get("tracking_uri") == store]
     sqlite = sqlite_store(cfg)
+    if not unfinished or (sqlite is not None and not sqlite[0].is_file()):  # MLflow would make a store that is gone
+        return
     try:
-        if unfinished and sqlite is not None:
+        if sqlite is not None:
             check_sqlite_store(*sqlite)  # MLflow's engine would retry an unreadable file for minutes
     except ConfigError:
-        return []
-    if not unfinished:
-        return []
+        return
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
     from sqlalchemy.exc import SQLAlchemyError
 
-    client, marked = MlflowClient(tracking_uri=store), []
+    client = MlflowClient(tracking_uri=store)
     found = f"found by a later fit at {time.strftime('%Y-%m-%d %H:%M:%S')}"
     for folder, info in unfinished:
         run_id = info["mlflow_run_id"]
@@ -68,6 +68,4 @@ def mark_killed(cfg: Config) -> list[Path]:
             client.set_tag(run_id, STOPPED_TAG, f"killed: its process ended without closing the run, {left} ({found})")
             client.set_terminated(run_id, status="KILLED")
         except (MlflowException, SQLAlchemyError, sqlite3.Error, OSError):
-            return marked
-        marked.append(folder)
-    return marked
+            return

@@ -42,7 +42,11 @@ def resolve_held(
         if checkpoint is None:
             return run_dir, None, info, None
         lock = hold(run_dir)
-        again = resolve()
+        try:
+            again = resolve()
+        except BaseException:
+            lock.release()
+            raise
         if again[0] == run_dir:
             return (*again, lock)
         lock.release()  # another run of the name has the newest checkpoint now: resume that one
