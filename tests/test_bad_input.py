@@ -263,6 +263,24 @@ def test_wandb_online_without_a_login_is_one_line_before_any_work(tmp_path, monk
     assert not out.exists()
 
 
+def test_a_malformed_wandb_key_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    """WANDB_API_KEY that is not a W&B key (too short): W&B's own check of its form refuses it, in one line, before
+    any model loads or anything is written (it raised a traceback from the check before)."""
+    import wandb
+
+    wandb.teardown()  # a login earlier in this process would still count
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-key")
+    out = tmp_path / "out"
+    online = ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online", f"logging.output_dir={out}"]
+    assert main(["fit", "--config", CONF, *online]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: logging.wandb_mode=online: WANDB_API_KEY invalid: ") and err.count("\n") == 1, err
+    assert "logging.wandb_mode=offline" in err
+    assert not out.exists()
+
+
 def test_wandb_online_with_a_key_passes_the_check(tmp_path, monkeypatch):
     """A configured key is enough: the check does not ask the server (no network here)."""
     from ragen_lit.config import load_config

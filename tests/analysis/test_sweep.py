@@ -522,3 +522,45 @@ def test_a_sweep_name_stays_inside_its_out_folder(tmp_path, name, capsys):
     assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path / "sweeps"), "--name", name]) == 2
     assert capsys.readouterr().err.startswith(f"error: --name {name!r}: give a plain folder name")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_ended(
+    tmp_path, monkeypatch, capsys, checkpoint
+):
+    """A run folder of the sweep's first run is held by another process (`run_lock`, as a fit a killed sweep left
+    would hold it): the sweep neither starts that run nor clears or resumes its folder (with a checkpoint or without),
+    reports it failed naming that process, and runs the others; once that process ended the same command runs it."""
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
+    run = tmp_path / "s" / "filter.strategy-none-seed0" / "frozenlake-grpo-top_p0.9-20261129-101010"
+    (run / "checkpoints").mkdir(parents=True)
+    (run.parent / "mlruns.db").write_text("the run's store")
+    if checkpoint:
+        (run / "checkpoints" / "last.ckpt").write_text("weights")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = sorted(p.name for p in run.rglob("*"))
+        assert main([*args, "--parallel", "1"]) == 1
+        out = capsys.readouterr().out
+        busy = f"run folder {run} is being trained by another process (pid {holder.pid}, "
+        assert f"FAILED  filter.strategy=none seed 0 ({busy}" in out, out
+        assert "done    filter.strategy=top_p seed 0" in out and "1 finished, 0 already done, 1 failed" in out
+        assert sorted(p.name for p in run.rglob("*")) == before and (run.parent / "mlruns.db").is_file()
+        assert f"not started: {busy}" in (run.parent / "sweep.log").read_text()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0
+    assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out

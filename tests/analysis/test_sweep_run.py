@@ -3,6 +3,7 @@ launcher job's attempt (`run_attempt`), with a stand-in for `fit` (the real fits
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -109,3 +110,19 @@ def test_a_launcher_job_of_a_done_run_starts_nothing(tmp_path, fake_fit):
 def test_a_launcher_job_on_a_folder_without_a_config_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="no config.yaml; give a run folder of a sweep"):
         run_attempt(tmp_path)
+
+
+def test_a_launcher_jobs_attempt_at_a_run_in_use_starts_nothing_and_clears_nothing(tmp_path, fake_fit):
+    """A fit holds the run's folder (`run_lock`, here this process): the job records the failure naming it, the
+    folder keeps its store and run folder, and no fit is started."""
+    from ragen_lit.run_lock import hold
+
+    folder = _run_folder(tmp_path)
+    run = folder / "frozenlake-grpo-20261128-120000"
+    with hold(run):
+        assert run_attempt(folder) is False
+    commands, _ = fake_fit
+    assert commands == []
+    busy = f"run folder {run} is being trained by another process (pid {os.getpid()}, "
+    assert (folder / FAILED_MARKER).read_text().startswith(busy)
+    assert (folder / "mlruns.db").is_file() and run.is_dir()

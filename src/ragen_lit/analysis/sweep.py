@@ -28,7 +28,9 @@ A sweep folder is locked while a sweep works in it (`sweep_lock`): a second swee
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
 (`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
-rest afresh.
+rest afresh. A run that a `fit` of its own still trains (`run_lock`) is not touched: it is reported failed, naming
+that process, and the same command again takes it up once that process ended. A sweep's runs end with it, however it
+ends (`sweep_run`).
 """
 
 from __future__ import annotations
@@ -48,15 +50,24 @@ from functools import partial
 from pathlib import Path
 
 from ragen_lit.analysis.sweep_checks import MAX_RUNS, check_run_count, check_runs, check_threads
-from ragen_lit.analysis.sweep_launchers import LOCAL, check_launcher, launcher_settings, multirun, split_settings
+from ragen_lit.analysis.sweep_launchers import (
+    LOCAL,
+    ON_THIS_MACHINE,
+    check_launcher,
+    launcher_settings,
+    multirun,
+    split_settings,
+)
 from ragen_lit.analysis.sweep_lock import sweep_lock
 from ragen_lit.analysis.sweep_run import (
     FAILED_MARKER,
     LOG_NAME,
+    RunInUse,
     exit_reason,
     fit_command,
     outcome,
     record_end,
+    record_failure,
     start_attempt,
     status,
 )
@@ -307,9 +318,15 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
         for slot in list(free):
             if not queues[slot.gpu]:  # this device's runs are all started or done
                 continue
-            free.remove(slot)
             spec = queues[slot.gpu].pop(0)
-            running[launch(spec, slot)] = (spec, slot, time.perf_counter())
+            try:
+                process = launch(spec, slot)
+            except RunInUse as busy:  # a fit of its own trains it: left alone, reported failed
+                record_failure(spec.folder, str(busy))
+                counts["finished" if report(spec, say) else "failed"] += 1
+                continue
+            free.remove(slot)
+            running[process] = (spec, slot, time.perf_counter())
         time.sleep(0.5)
         for process in [p for p in running if p.poll() is not None]:
             spec, slot, started = running.pop(process)
@@ -385,14 +402,15 @@ def run_sweep(
         check_one_process(specs, launcher)
         how = f"through Hydra's {launcher} launcher"
         run = (partial(run_launched, sweep=root / name, launcher=launcher, settings=settings), how)
-        if launcher != "submitit_slurm":  # jobs on this machine
+        if launcher in ON_THIS_MACHINE:
             check_threads(threads)
             configure = partial(placed, threads=threads)
     elif not print_commands:
         check_threads(threads)
-        import torch
+        if devices:  # torch is imported only to count the GPUs named
+            import torch
 
-        check_devices(devices, torch.cuda.device_count())
+            check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
         pool = slots(parallel, threads, devices)
         run = (partial(run_all, pool=pool), f"{len(pool)} at a time")

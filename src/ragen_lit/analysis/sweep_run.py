@@ -8,7 +8,14 @@ MLflow store, its run folder) but keeps `config.yaml` and the log, so the reason
 attempt that fails leaves the `sweep_failed` marker with its exit status or signal.
 
 The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
-attempts through the same functions, so both make the same resume-or-start-clean decision.
+attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a `fit`
+holds (`run_lock`: a run a killed sweep's job left, or one started by hand) is not started and nothing of it is
+cleared: the attempt fails at once naming that process (`RunInUse`), and the sweep goes on with its other runs.
+
+An attempt ends with the sweep that started it, however the sweep ends: the pool's `fit`s are killed by the kernel
+when the sweep dies (`child_setup`), and a launcher's job on this machine, which outlives the multirun (submitit's
+controller is made to survive it), kills its `fit` within `WATCH_S` of the sweep's lock being let go (`run_attempt`,
+told the sweep's process by `SWEEP_ENV`). Jobs in a cluster's queue are the cluster's to stop.
 """
 
 from __future__ import annotations
@@ -22,13 +29,20 @@ import sys
 import time
 from pathlib import Path
 
+from ragen_lit.analysis.sweep_lock import LOCK_NAME as SWEEP_LOCK
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import ConfigError
+from ragen_lit.folder_lock import holder
+from ragen_lit.run_lock import in_use
 
 DONE_MARKER = "sweep_done"
 FAILED_MARKER = "sweep_failed"
 LOG_NAME = "sweep.log"
 PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent dies
+SWEEP_ENV = "RAGEN_LIT_SWEEP_PID"
+"""the process id of the sweep whose launcher's jobs run on this machine, in their environment (`run_attempt`)"""
+WATCH_S = 1.0
+"""how often a launcher's job looks whether its sweep still runs"""
 logger = logging.getLogger(__name__)  # a launcher's job log (Hydra's job logging)
 
 
@@ -57,12 +71,27 @@ def child_setup(cores: tuple[int, ...] | None = None) -> None:
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class RunInUse(Exception):
+    """A run folder of the run is held by a `fit` (`run_lock`), so the attempt was not started; the message names it."""
+
+
+def _in_use(folder: Path) -> str | None:
+    """Why a `fit` of the run is running already (`run_lock.in_use` of one of its run folders), None when none is."""
+    runs = sorted(run for run in folder.iterdir() if run.is_dir()) if folder.is_dir() else []
+    return next(filter(None, map(in_use, runs)), None)
+
+
 def start_attempt(
     folder: Path, placement: list[str], env: dict[str, str], cores: tuple[int, ...] | None = None
 ) -> subprocess.Popen:
     """Start the run's `fit`: resumed from its checkpoint, or afresh in a cleared folder; `placement` overrides follow
     the run's own (e.g. `trainer.accelerator=cpu`). The process's `log` attribute is the open `sweep.log`, for the
-    caller to close once it ended."""
+    caller to close once it ended. Raises `RunInUse`, touching nothing but the log, while a `fit` holds the run."""
+    busy = _in_use(folder)
+    if busy is not None:
+        with open(folder / LOG_NAME, "a") as log:
+            log.write(f"\nnot started: {busy}\n")
+        raise RunInUse(busy)
     resume = status(folder) == "resume"
     (folder / FAILED_MARKER).unlink(missing_ok=True)
     if not resume and folder.exists():  # an attempt that never reached a checkpoint: start clean
@@ -96,7 +125,12 @@ def record_end(folder: Path, returncode: int, seconds: float) -> None:
     if returncode == 0:
         (folder / DONE_MARKER).write_text(f"{seconds:.0f} s\n")
     else:
-        (folder / FAILED_MARKER).write_text(exit_reason(returncode) + "\n")
+        record_failure(folder, exit_reason(returncode))
+
+
+def record_failure(folder: Path, reason: str) -> None:
+    """The failed marker, with why the attempt failed (an exit status, a signal, a run in use)."""
+    (folder / FAILED_MARKER).write_text(reason + "\n")
 
 
 def outcome(folder: Path) -> tuple[bool, str | None]:
@@ -110,19 +144,38 @@ def outcome(folder: Path) -> tuple[bool, str | None]:
 
 def run_attempt(folder: Path) -> bool:
     """One attempt at the run in `folder`, as a launcher's job makes it: nothing when the run is done already, else
-    its `fit` (resumed or afresh) waited for and its end recorded (`record_end`); whether the run is done."""
+    its `fit` (resumed or afresh) waited for, or killed should the sweep that started the job end first (`_wait`),
+    and its end recorded (`record_end`); whether the run is done."""
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"{folder}: no config.yaml; give a run folder of a sweep (`sweep` writes them)")
     if status(folder) == "done":
         logger.info(f"already done: {folder}")
         return True
     started = time.perf_counter()
-    process = start_attempt(folder, [], dict(os.environ))
     try:
-        returncode = process.wait()
-    finally:
-        process.log.close()
-    record_end(folder, returncode, time.perf_counter() - started)
+        process = start_attempt(folder, [], dict(os.environ))
+    except RunInUse as busy:
+        record_failure(folder, str(busy))
+    else:
+        try:
+            returncode = _wait(process, folder.parent, os.environ.get(SWEEP_ENV))
+        finally:
+            process.log.close()
+        record_end(folder, returncode, time.perf_counter() - started)
     finished, detail = outcome(folder)
     logger.info(f"{'done' if finished else 'FAILED'}: {folder} ({detail}; its log: {folder / LOG_NAME})")
     return finished
+
+
+def _wait(process: subprocess.Popen, sweep: Path, sweep_pid: str | None) -> int:
+    """`process`'s exit status. Started by a sweep (`sweep_pid`), the attempt is killed (as the kernel kills a pool's
+    attempt, `child_setup`) once that sweep no longer holds its folder's lock: it ended, however it ended (the lock
+    let go, or held by a sweep started since)."""
+    while True:
+        try:
+            return process.wait(timeout=WATCH_S if sweep_pid else None)
+        except subprocess.TimeoutExpired:
+            line = holder(sweep / SWEEP_LOCK)
+            if line is None or not line.startswith(f"pid {sweep_pid},"):
+                logger.info(f"its sweep (pid {sweep_pid}) ended: killing this run's fit (pid {process.pid})")
+                process.kill()

@@ -79,7 +79,14 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
         runs = [path for path in root.glob(f"{glob.escape(name)}-*") if pattern.fullmatch(path.name)]
         candidates = sorted((ckpt for ckpt in map(newest_checkpoint, runs) if ckpt is not None), key=recency)
         if not candidates:
-            raise ConfigError(f"trainer.resume=last: no run named {name!r} with a checkpoint under {root}")
+            start = "start afresh with the same command without trainer.resume"
+            if not runs:
+                raise ConfigError(f"trainer.resume=last: no run named {name!r} under {root}; {start}")
+            newest = max(runs, key=lambda run: [int(part) for part in run.name[len(name) + 1 :].split("-")])
+            raise ConfigError(
+                f"trainer.resume=last: no checkpoint in {newest} (the newest run named {name!r}; none of them has "
+                f"written one); {start}"
+            )
         ckpt = candidates[-1]
     else:
         ckpt = Path(resume).expanduser().resolve()
@@ -130,7 +137,7 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.training.run_logger import RunLogger
+    from ragen_lit.training.run_logger import STOPPED_TAG, RunLogger
 
     if rank_zero_only.rank == 0:
         ensure_experiment(cfg)
@@ -142,8 +149,10 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
         tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
     if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
-        # a resumed run runs again, whatever its last process left it as
+        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
         logger.experiment.update_run(logger.run_id, status="RUNNING")
+        if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
+            logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
     return logger
 
 
