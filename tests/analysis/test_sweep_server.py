@@ -4,6 +4,8 @@ and started again on another port when the one it was given is taken."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +33,16 @@ for step in range(steps):
 client.set_terminated(run_id)
 """
 """a run as a process of its own: every step a batch of `keys` metrics and one more metric by itself"""
+HOLDER = """
+import sys, time
+from pathlib import Path
+from ragen_lit.analysis.sweep_server import serving
+
+with serving(Path(sys.argv[1])) as server:
+    print(server, flush=True)
+    time.sleep(600)
+"""
+"""a sweep as far as its server goes: it serves, then waits to be killed"""
 
 
 def test_a_new_run_writes_the_sweeps_store_and_a_begun_run_keeps_the_one_it_began_in(tmp_path):
@@ -82,3 +94,16 @@ def test_a_server_whose_port_was_taken_meanwhile_starts_again_on_another(tmp_pat
         with serving(tmp_path) as server:
             assert server.endswith(f":{server_ports(tmp_path)[-1]}") and sweep_server.answers(server)
         assert len(server_ports(tmp_path)) == 2 and all(gone(port, within_s=0) for port in server_ports(tmp_path)[1:])
+
+
+@pytest.mark.floors
+def test_a_sweep_killed_outright_takes_its_server_with_it(tmp_path):
+    """SIGKILL to the sweep's process, which runs no code of its own after it: the kernel tells the server (its
+    parent died), the server stops its uvicorn and exits. (MLflow from 3.10 passes the signal on to uvicorn, which is
+    why it is the floor.)"""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    server = holder.stdout.readline().strip()
+    assert server.startswith("http://127.0.0.1:"), server
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    assert gone(int(server.rsplit(":", 1)[1]))

@@ -6,7 +6,8 @@ job runner or artifact proxy (the runs write their artifacts to `<sweep>/artifac
 readable once the server is gone); it waits until the server answers its health check, hands its address to the
 block, and stops the server when the block ends, however it ends: the runs done, a run failed, an error, Ctrl-C. A
 sweep killed outright takes the server with it: the server is sent SIGTERM when the sweep's process dies (Linux's
-parent-death signal), which `mlflow server` passes on to its uvicorn process before it exits. The server's output,
+parent-death signal), which `mlflow server` (from MLflow 3.10, the floor) passes on to its uvicorn process before it
+exits. The server's output,
 each start's command first, is appended to `<sweep>/mlflow-server.log`.
 
 A port found free may be taken before the server binds it: a server that exits before it answers is started again
