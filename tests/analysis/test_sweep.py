@@ -316,6 +316,26 @@ def test_a_crashed_run_is_reported_and_the_same_command_retries_it(tmp_path, mon
     assert client.get_run(left["filter.strategy=none"]).info.lifecycle_stage == "active"
 
 
+def test_a_run_begun_in_a_store_of_its_own_resumes_there_beside_new_runs_in_the_sweeps(tmp_path, monkeypatch):
+    """A sweep folder from before sweeps shared a store: its run with a checkpoint and its own mlruns.db resumes there
+    (its config names no store, its command no server), while a new run writes the sweep's store through the server."""
+    fit = [sys.executable, "-c", "pass"]
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: fit + ["trainer.resume=last"] * resume)
+    sweep = tmp_path / "s"
+    old, new = sweep / "filter.strategy-none-seed0", sweep / "filter.strategy-top_p-seed0"
+    (old / "frozenlake-grpo-nofilter-20261128-120000" / "checkpoints").mkdir(parents=True)
+    (old / "frozenlake-grpo-nofilter-20261128-120000" / "checkpoints" / "last.ckpt").write_text("weights")
+    (old / "mlruns.db").write_bytes(b"")
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--parallel", "1"]
+    assert main([*args, "filter.strategy=none,top_p"]) == 0
+    assert load_config(str(old / "config.yaml")).logging.tracking_uri is None
+    assert load_config(str(new / "config.yaml")).logging.tracking_uri == store_uri(sweep)
+    (old_command,) = [line for line in (old / "sweep.log").read_text().splitlines() if line.startswith("$ ")]
+    (new_command,) = [line for line in (new / "sweep.log").read_text().splitlines() if line.startswith("$ ")]
+    assert "trainer.resume=last" in old_command and "logging.tracking_server" not in old_command
+    assert new_command.endswith(f"logging.tracking_server=http://127.0.0.1:{server_ports(sweep)[0]}")
+
+
 def test_ctrl_c_stops_the_sweeps_mlflow_server(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the runs start (SIGINT to the sweep's process): the command ends with 130, and the MLflow server it
     started for its runs is gone, its log kept in the sweep folder."""
