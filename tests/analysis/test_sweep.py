@@ -341,7 +341,11 @@ def test_ctrl_c_stops_the_sweeps_mlflow_server(tmp_path, monkeypatch, capsys):
     started for its runs is gone, its log kept in the sweep folder."""
     from ragen_lit.analysis import sweep as sweep_module
 
-    monkeypatch.setattr(sweep_module, "launch", lambda spec, slot, server: signal.raise_signal(signal.SIGINT))
+    def ctrl_c(spec, slot, server):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(60)  # Python raises KeyboardInterrupt at its next check, within this
+
+    monkeypatch.setattr(sweep_module, "launch", ctrl_c)
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
     assert main(args) == 130
     assert capsys.readouterr().err.startswith("interrupted: ")
