@@ -347,7 +347,11 @@ def test_ctrl_c_stops_the_sweeps_mlflow_server(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(sweep_module, "launch", ctrl_c)
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
-    assert main(args) == 130
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, as `python -m ragen_lit` has it
+    try:
+        assert main(args) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)  # whatever an earlier test's library left
     assert capsys.readouterr().err.startswith("interrupted: ")
     (port,) = server_ports(tmp_path / "s")
     assert gone(port, within_s=0)
