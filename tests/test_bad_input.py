@@ -50,6 +50,21 @@ CASES = {
     "gpu memory share": (None, ["trainer.gpu_memory_fraction=1.5"], "trainer.gpu_memory_fraction=1.5 is out of range"),
     "gpu without cuda": (None, ["trainer.accelerator=gpu"], "trainer.accelerator=gpu"),
     "tracking uri scheme": (None, ["logging.tracking_uri=bogus://x"], "logging.tracking_uri='bogus://x'"),
+    "tracking server scheme": (
+        None,
+        ["logging.tracking_server=ftp://x", "logging.tracking_uri=sqlite:///x.db"],
+        "logging.tracking_server='ftp://x' is not an MLflow server's address",
+    ),
+    "tracking server without its store": (
+        None,
+        ["logging.tracking_server=http://127.0.0.1:9"],
+        "writes to the store logging.tracking_uri names, and logging.tracking_uri is not set",
+    ),
+    "tracking server that does not answer": (
+        None,
+        ["logging.tracking_server=http://127.0.0.1:9", "logging.tracking_uri=sqlite:///x.db"],
+        "logging.tracking_server='http://127.0.0.1:9': the MLflow server does not answer",
+    ),
     "empty experiment": (None, ["logging.experiment="], "logging.experiment=''"),
     "unknown logger": (None, ["logging.loggers=[mlflow,neptune]"], "'neptune' is not allowed; choose from: mlflow"),
     "loggers without mlflow": (None, ["logging.loggers=[tensorboard]"], "leaves out mlflow, the run's record"),

@@ -152,7 +152,8 @@ def _fit(
         if refused is not None:
             raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
-        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+        store = cfg.logging.tracking_uri or logger._tracking_uri  # the store, not a tracking_server in front of it
+        print(f"run folder: {run_dir}\nMLflow: {store} (run {logger.run_id})")
         for line in logged_at:
             print(line)
     return summary

@@ -18,6 +18,7 @@ from ragen_lit.analysis.sweep_run import (
     outcome,
     record_end,
     run_attempt,
+    server_override,
     start_attempt,
     status,
 )
@@ -84,6 +85,19 @@ def test_a_resumed_attempt_keeps_the_run_and_a_new_one_starts_clean(tmp_path, fa
     assert sorted(p.name for p in fresh.iterdir()) == ["config.yaml", LOG_NAME]
     log = [line for line in (fresh / LOG_NAME).read_text().splitlines() if line]  # attempts apart by a blank line
     assert log[0] == "$ fit ..." and log[1].startswith("$ ") and log[2] == "fit output"
+
+
+def test_only_a_run_that_writes_the_sweeps_store_is_given_its_server(tmp_path):
+    """The server's address goes on the command line of a run whose config names the sweep's store; a run with a store
+    of its own (an earlier sweep's layout) or the user's, or a sweep without a server, gets none."""
+    server = "http://127.0.0.1:5000"
+    folder = _run_folder(tmp_path)  # its config names no store: the run's own, beside it
+    assert server_override(folder, server) == []
+    (folder / "config.yaml").write_text(f"logging:\n  tracking_uri: sqlite:///{tmp_path / 'mlruns.db'}\n")
+    assert server_override(folder, server) == [f"logging.tracking_server={server}"]
+    assert server_override(folder, None) == []
+    (folder / "config.yaml").write_text(f"logging:\n  tracking_uri: sqlite:///{tmp_path / 'mine.db'}\n")
+    assert server_override(folder, server) == []
 
 
 @pytest.mark.parametrize(("code", "marker", "text"), [(0, DONE_MARKER, r"\d+ s"), (3, FAILED_MARKER, "exit 3")])

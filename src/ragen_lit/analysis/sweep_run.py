@@ -4,8 +4,11 @@ Its state on disk: `done` once an attempt finished (the `sweep_done` marker, hol
 `resume` while a complete checkpoint of any kind is in the folder (`trainer.resume=last`: a run stopped between its
 periodic checkpoint and its `last.ckpt` included), `new` otherwise. An attempt is one `python -m ragen_lit fit`
 process whose output is appended to the run's `sweep.log`: a new attempt first clears what a failed one left (its
-MLflow store, its run folder) but keeps `config.yaml` and the log, so the reason an attempt failed stays readable. An
-attempt that fails leaves the `sweep_failed` marker with its exit status or signal.
+run folder, the MLflow store of its own if it has one; its MLflow run in the sweep's store the sweep deleted before
+its server started, `sweep_store.prepare_store`) but keeps `config.yaml` and the log, so the reason an attempt failed
+stays readable. An attempt that fails leaves the `sweep_failed` marker with its exit status or signal. A run whose
+config names the sweep's store is given the address of the sweep's MLflow server on its command line
+(`server_override`).
 
 The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
 attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a `fit`
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 from ragen_lit.analysis.sweep_lock import LOCK_NAME as SWEEP_LOCK
+from ragen_lit.analysis.sweep_store import store_uri
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import ConfigError
 from ragen_lit.folder_lock import holder
@@ -60,15 +64,16 @@ def fit_command(folder: Path, resume: bool) -> list[str]:
     return command + (["trainer.resume=last"] if resume else [])
 
 
-def child_setup(cores: tuple[int, ...] | None = None) -> None:
-    """In a child process before it starts: pin it to `cores` (None: leave its CPUs alone), and (Linux) have it killed
-    when its parent dies, so that a restarted sweep never races a run left over from a killed one."""
+def child_setup(cores: tuple[int, ...] | None = None, death_signal: int = signal.SIGKILL) -> None:
+    """In a child process before it starts: pin it to `cores` (None: leave its CPUs alone), and (Linux) have it sent
+    `death_signal` when its parent dies, so that a restarted sweep never races a run left over from a killed one (a
+    server is sent SIGTERM instead, to stop its own children)."""
     if cores is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cores)
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, death_signal)
 
 
 class RunInUse(Exception):
@@ -82,11 +87,17 @@ def _in_use(folder: Path) -> str | None:
 
 
 def start_attempt(
-    folder: Path, placement: list[str], env: dict[str, str], cores: tuple[int, ...] | None = None
+    folder: Path,
+    placement: list[str],
+    env: dict[str, str],
+    cores: tuple[int, ...] | None = None,
+    server: str | None = None,
 ) -> subprocess.Popen:
     """Start the run's `fit`: resumed from its checkpoint, or afresh in a cleared folder; `placement` overrides follow
-    the run's own (e.g. `trainer.accelerator=cpu`). The process's `log` attribute is the open `sweep.log`, for the
-    caller to close once it ended. Raises `RunInUse`, touching nothing but the log, while a `fit` holds the run."""
+    the run's own (e.g. `trainer.accelerator=cpu`), and `server` (the address of the sweep's MLflow server, if it
+    runs one) is given to a run that writes the sweep's store. The process's `log` attribute is the open `sweep.log`,
+    for the caller to close once it ended. Raises `RunInUse`, touching nothing but the log, while a `fit` holds the
+    run."""
     busy = _in_use(folder)
     if busy is not None:
         with open(folder / LOG_NAME, "a") as log:
@@ -98,7 +109,7 @@ def start_attempt(
         for child in folder.iterdir():  # but keep its log: why it failed is in there, the new attempt appends
             if child.name not in ("config.yaml", LOG_NAME):
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
-    command = fit_command(folder, resume) + placement
+    command = fit_command(folder, resume) + placement + server_override(folder, server)
     log = open(folder / LOG_NAME, "a")  # noqa: SIM115 - closed by the caller when the process ends
     # a killed attempt may have left a progress bar without its final newline
     log.write(f"{chr(10) if log.tell() else ''}$ {' '.join(command)}\n")
@@ -108,6 +119,18 @@ def start_attempt(
     )
     process.log = log  # type: ignore[attr-defined]
     return process
+
+
+def server_override(folder: Path, server: str | None) -> list[str]:
+    """`logging.tracking_server=<server>` for the run in `folder` when its config names the sweep's store
+    (`sweep_store`); nothing for a run with a store of its own, or without a server."""
+    if server is None:
+        return []
+    from ragen_lit.config import load_config
+
+    if load_config(str(folder / "config.yaml")).logging.tracking_uri != store_uri(folder.parent):
+        return []
+    return [f"logging.tracking_server={server}"]
 
 
 def exit_reason(returncode: int) -> str:
@@ -142,10 +165,10 @@ def outcome(folder: Path) -> tuple[bool, str | None]:
     return False, None
 
 
-def run_attempt(folder: Path) -> bool:
+def run_attempt(folder: Path, server: str | None = None) -> bool:
     """One attempt at the run in `folder`, as a launcher's job makes it: nothing when the run is done already, else
-    its `fit` (resumed or afresh) waited for, or killed should the sweep that started the job end first (`_wait`),
-    and its end recorded (`record_end`); whether the run is done."""
+    its `fit` (resumed or afresh, through the sweep's MLflow `server` if it runs one) waited for, or killed should the
+    sweep that started the job end first (`_wait`), and its end recorded (`record_end`); whether the run is done."""
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"{folder}: no config.yaml; give a run folder of a sweep (`sweep` writes them)")
     if status(folder) == "done":
@@ -153,7 +176,7 @@ def run_attempt(folder: Path) -> bool:
         return True
     started = time.perf_counter()
     try:
-        process = start_attempt(folder, [], dict(os.environ))
+        process = start_attempt(folder, [], dict(os.environ), server=server)
     except RunInUse as busy:
         record_failure(folder, str(busy))
     else:

@@ -12,6 +12,8 @@ from ragen_lit.typed_fields import check_fields
 
 # MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
 TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+# those of a tracking server (`logging.tracking_server`)
+SERVER_SCHEMES = ("http", "https")
 
 # the shortest context that holds an environment's first prompt and one turn's answer
 MIN_CONTEXT_TOKENS = 256
@@ -61,16 +63,7 @@ def validate(cfg: Config) -> Config:
             f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
             "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
         )
-    uri = cfg.logging.tracking_uri
-    if uri is not None:
-        from urllib.parse import urlparse
-
-        scheme = urlparse(uri).scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
-        if scheme not in TRACKING_SCHEMES:
-            raise ConfigError(
-                f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
-                "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
-            )
+    _check_tracking(cfg)
     if not cfg.logging.experiment.strip():
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
     loggers = cfg.logging.loggers
@@ -88,6 +81,34 @@ def validate(cfg: Config) -> Config:
         )
     check_bounds(cfg)
     return cfg
+
+
+def _check_tracking(cfg: Config) -> None:
+    """`logging.tracking_uri` is an MLflow store; `logging.tracking_server` an http(s) server in front of the store
+    `logging.tracking_uri` names (the run records that store, so it must be one and not another server)."""
+    from urllib.parse import urlparse
+
+    uri, server = cfg.logging.tracking_uri, cfg.logging.tracking_server
+    scheme = urlparse(uri).scheme.split("+")[0] if uri is not None else None  # postgresql+psycopg2 -> postgresql
+    if scheme is not None and scheme not in TRACKING_SCHEMES:
+        raise ConfigError(
+            f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
+            "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
+        )
+    if server is None:
+        return
+    if urlparse(server).scheme not in SERVER_SCHEMES or not urlparse(server).netloc:
+        raise ConfigError(
+            f"logging.tracking_server={server!r} is not an MLflow server's address; give http(s)://<host>:<port>, or "
+            "null to write to logging.tracking_uri's store directly"
+        )
+    if uri is None or scheme in SERVER_SCHEMES:
+        what = "is not set" if uri is None else f"={uri!r} is a server itself"
+        raise ConfigError(
+            f"logging.tracking_server={server!r} writes to the store logging.tracking_uri names, and "
+            f"logging.tracking_uri {what}; set it to that store (e.g. sqlite:///<file>), or drop "
+            "logging.tracking_server"
+        )
 
 
 def _check_lora(cfg: Config) -> None:

@@ -320,6 +320,9 @@ class DiagnosticsConfig:
 class LoggingConfig:
     tracking_uri: str | None = None
     """MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db"""
+    tracking_server: str | None = None
+    """an MLflow server (http://host:port) in front of logging.tracking_uri's store: the run writes through it, so that
+    many runs can write one store at once (`sweep` gives its runs a server of its own); run.json names the store"""
     experiment: str = "ragen_lit"
     """MLflow experiment name (and W&B project)"""
     run_name: str | None = None

@@ -1,7 +1,8 @@
 """Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
 
-`run.json` holds the run's MLflow id, its store, the config it follows, one entry per resume (`resumes`: the
-checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
+`run.json` holds the run's MLflow id, its store (the store itself: never the `logging.tracking_server` the process
+wrote through, which is gone when a sweep's server stopped), the config it follows, one entry per resume (`resumes`:
+the checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
 iteration, the `trainer.iterations` it was asked for and the summary). Resume rules:
 - a changed config is refused unless `trainer.resume_allow_changes=true`; then the change is recorded (run.json's
   `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
@@ -32,6 +33,7 @@ RUNTIME_KEYS = (
     "trainer.gpu_memory_fraction",
     "trainer.timeout_minutes",
     "trainer.checkpoint_every",
+    "logging.tracking_server",
     "logging.save_rollouts",
     "logging.loggers",
     "logging.wandb_mode",
@@ -45,12 +47,18 @@ def default_run_name(cfg: Config) -> str:
     return cfg.logging.run_name or f"{cfg.env.name}-{cfg.algo.name}-{filt}"
 
 
-def tracking_uri(cfg: Config) -> str:
+def store_uri(cfg: Config) -> str:
+    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
     if cfg.logging.tracking_uri:
         return cfg.logging.tracking_uri
     store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
     store.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store}"
+
+
+def tracking_uri(cfg: Config) -> str:
+    """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
+    return cfg.logging.tracking_server or store_uri(cfg)
 
 
 def run_folder_pattern(name: str) -> re.Pattern:
@@ -214,7 +222,7 @@ def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: st
     `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = {k: v for k, v in info.items() if k != "finished"}
-    record.update(mlflow_run_id=logger.run_id, tracking_uri=tracking_uri(cfg), config=_plain(to_dict(cfg)))
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(cfg), config=_plain(to_dict(cfg)))
     if ckpt_path is not None:
         resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
         record["resumes"] = [*info.get("resumes", []), resume]
