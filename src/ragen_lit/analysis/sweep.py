@@ -54,6 +54,7 @@ from pathlib import Path
 from ragen_lit.analysis.sweep_checks import (
     MAX_RUNS,
     check_devices,
+    check_one_process,
     check_placement,
     check_run_count,
     check_runs,
@@ -312,21 +313,6 @@ def run_all(specs: list[RunSpec], pool: list[Slot], server: str | None = None, s
             record_end(spec.folder, process.returncode, time.perf_counter() - started)
             counts["finished" if report(spec, say) else "failed"] += 1
     return counts
-
-
-def check_one_process(specs: list[RunSpec], launcher: str) -> None:
-    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
-    the job has tasks: a run over several devices or nodes is refused there, before any starts."""
-    if launcher != "submitit_slurm":
-        return
-    for spec in specs:
-        trainer = spec.config.trainer
-        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
-            raise ConfigError(
-                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
-                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
-                "--print-commands, one srun per run"
-            )
 
 
 def run_launched(

@@ -3,7 +3,7 @@ many runs a sweep makes (`MAX_RUNS`), and `fit`'s own checks before training (`p
 devices, memory, local paths, the model's shape, the env's options) on every grid point's config as its runs get it.
 A grid point this machine cannot run is refused in one line naming the point and the key, before any run trained. The
 `--devices` given must be GPUs of this machine, and no run may ask for the other kind of device than the sweep gives
-it.
+it; under `--launcher submitit_slurm` every run must be one process (`check_one_process`).
 
 Runs that go to other machines (`--launcher submitit_slurm`, `--print-commands`) get the checks that need no machine
 only (the env's options against the context): a cluster's node has its own memory, cores and devices, and the run's
@@ -74,6 +74,22 @@ def check_placement(specs: list, devices: list[str] | None) -> None:
             raise ConfigError(
                 f"grid point {spec.point!r}: trainer.accelerator={wanted} but the sweep runs "
                 f"{'on GPUs (--devices)' if devices else 'on CPU cores (no --devices)'}; {fix}"
+            )
+
+
+def check_one_process(specs: list, launcher: str) -> None:
+    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
+    the job has tasks: a run over several devices or nodes (`specs`: the sweep's `RunSpec`s) is refused there, before
+    any starts."""
+    if launcher != "submitit_slurm":
+        return
+    for spec in specs:
+        trainer = spec.config.trainer
+        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
+                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
+                "--print-commands, one srun per run"
             )
 
 
