@@ -7,7 +7,9 @@ run folder, `fit` looks at the runs of its name in its output folder: a run whos
 RUNNING was killed. It is marked KILLED (MLflow's status for a run stopped from outside) with the tag
 `run_logger.STOPPED_TAG` saying when it was found and which checkpoint, if any, it left; its folder is left as it is,
 and `trainer.resume=last` continues it if it has a checkpoint (a resume marks it RUNNING again). A store that cannot
-be read or written here is left alone: `fit` checks its own store next and reports it in one line.
+be read or written here is left alone: `fit` checks its own store next and reports it in one line. A run is matched by
+its store (run.json names the store itself, never the `logging.tracking_server` it wrote through), and marked through
+the server this `fit` writes through, if it has one (a sweep's server is its store's one writer).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from ragen_lit.config import Config
 from ragen_lit.errors import ConfigError
 from ragen_lit.run_lock import in_use
 from ragen_lit.training.run_logger import STOPPED_TAG
-from ragen_lit.training.store import check_sqlite_store, sqlite_store
-from ragen_lit.training.tracking import default_run_name, run_folder_pattern, tracking_uri
+from ragen_lit.training.store import check_server, check_sqlite_store, sqlite_store
+from ragen_lit.training.tracking import default_run_name, run_folder_pattern, store_uri, tracking_uri
 
 
 def mark_killed(cfg: Config) -> None:
@@ -42,7 +44,7 @@ def mark_killed(cfg: Config) -> None:
             continue
         if "finished" not in info and info.get("mlflow_run_id"):
             unfinished.append((folder, info))
-    store = tracking_uri(cfg) if unfinished else None
+    store = store_uri(cfg) if unfinished else None
     unfinished = [(folder, info) for folder, info in unfinished if info.get("tracking_uri") == store]
     sqlite = sqlite_store(cfg)
     if not unfinished or (sqlite is not None and not sqlite[0].is_file()):  # MLflow would make a store that is gone
@@ -50,13 +52,15 @@ def mark_killed(cfg: Config) -> None:
     try:
         if sqlite is not None:
             check_sqlite_store(*sqlite)  # MLflow's engine would retry an unreadable file for minutes
+        if cfg.logging.tracking_server:  # and MLflow's client an absent server
+            check_server(cfg.logging.tracking_server, f"logging.tracking_server={cfg.logging.tracking_server!r}")
     except ConfigError:
         return
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
     from sqlalchemy.exc import SQLAlchemyError
 
-    client = MlflowClient(tracking_uri=store)
+    client = MlflowClient(tracking_uri=tracking_uri(cfg))
     found = f"found by a later fit at {time.strftime('%Y-%m-%d %H:%M:%S')}"
     for folder, info in unfinished:
         run_id = info["mlflow_run_id"]

@@ -4,6 +4,7 @@ in MLflow with the reason, once that later `fit` found it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,5 +50,28 @@ def test_a_run_killed_before_its_first_checkpoint_reads_killed_and_resume_says_t
     after = client.get_run(record.info.run_id)
     assert after.info.status == "KILLED" and after.info.end_time is not None
     assert after.data.tags[STOPPED_TAG].startswith(
+        "killed: its process ended without closing the run, before its first checkpoint (found by a later fit at "
+    )
+
+
+def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_through_that_server_found_it(tmp_path):
+    """run.json names the store itself, never the server the run wrote through (`logging.tracking_server`, a sweep's):
+    a later `fit` that writes that store through a server of its own finds the killed run and marks it there."""
+    from ragen_lit.analysis.sweep_server import serving
+    from ragen_lit.analysis.sweep_store import store_uri
+    from ragen_lit.config import load_config
+    from ragen_lit.killed_runs import mark_killed
+
+    out, store = tmp_path / "run", store_uri(tmp_path)
+    client = MlflowClient(tracking_uri=store)
+    run_id = client.create_run(client.create_experiment("ragen_lit")).info.run_id  # left RUNNING, as a kill leaves it
+    run = out / "frozenlake-grpo-nofilter-20261129-101010"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": store}))
+    args = ["filter.strategy=none", f"logging.output_dir={out}", f"logging.tracking_uri={store}"]
+    with serving(tmp_path) as server:
+        mark_killed(load_config(CONFIG, [*args, f"logging.tracking_server={server}"]))
+    after = client.get_run(run_id)
+    assert after.info.status == "KILLED" and after.data.tags[STOPPED_TAG].startswith(
         "killed: its process ended without closing the run, before its first checkpoint (found by a later fit at "
     )
