@@ -263,3 +263,22 @@ def test_fit_refuses_a_history_rewriting_template_in_one_line(tmp_path, capsys):
         "<think> block); token-in/token-out rollouts need one that is: set model.chat_template=chatml or "
         "model.chat_template=<path to a Jinja template>"
     ]
+
+
+def test_evaluate_applies_model_chat_template_to_a_model_folder(tmp_path):
+    """`evaluate --model FOLDER` builds its chat like `fit`: Qwen3's template refused, `chatml` in its place taken."""
+    import torch
+
+    from ragen_lit.config import load_config
+    from ragen_lit.evaluation.policy import load_evaluated_policy
+    from ragen_lit.presets.tiny import shipped_folder
+
+    folder = tmp_path / "model"
+    shutil.copytree(shipped_folder(), folder)
+    (folder / "chat_template.jinja").write_text(QWEN3)
+    overrides = ["model=hf", f"model.path={folder}", "trainer.accelerator=cpu", "model.compile=false"]
+    with pytest.raises(ConfigError, match="rewrites earlier turns|not prefix-preserving"):
+        load_evaluated_policy(load_config(None, overrides), str(folder), torch.device("cpu"))
+    cfg = load_config(None, [*overrides, "model.chat_template=chatml"])
+    evaluated = load_evaluated_policy(cfg, str(folder), torch.device("cpu"))
+    assert evaluated.chat.assistant_close == "<|im_end|>\n"
