@@ -40,9 +40,9 @@ from ragen_lit.config import Config
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
-from ragen_lit.models import load_policy, load_tokenizer
+from ragen_lit.models import load_policy
 from ragen_lit.models.folders import empty_target, write_model_folder
-from ragen_lit.presets import resolve_model_path
+from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
@@ -105,11 +105,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     source = resolve_model_path(cfg.model)
-    tokenizer = load_tokenizer(source)
-    try:
-        chat = ChatFormat(tokenizer)
-    except ValueError as err:
-        raise ConfigError(f"model.path={source!r}: {err}") from None
+    tokenizer, chat = load_chat(cfg.model, source)  # model.chat_template applied
     setup = EnvSetup.from_config(cfg)
     # the fit's and this command's validation tasks stay out of the imitated episodes (else validation measures recall)
     v = cfg.validation

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ragen_lit.bounds import check_config as check_bounds
 from ragen_lit.choices import filter_value_error, uses_critic
+from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.config.sections import SECTIONS, Config
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
@@ -52,6 +53,7 @@ def validate(cfg: Config) -> Config:
     _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
+    chat_template_source(cfg.model.chat_template)  # a missing file or one that is not Jinja: one line, now
     if cfg.trainer.devices != "auto" and not (isinstance(cfg.trainer.devices, int) and cfg.trainer.devices >= 1):
         raise ConfigError(f"trainer.devices={cfg.trainer.devices!r} must be a positive integer or 'auto'")
     t = cfg.trainer

