@@ -699,3 +699,42 @@ def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_e
         holder.wait()
     assert main(args) == 0
     assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out
+
+
+def test_the_mlflow_run_of_a_run_that_a_fit_of_its_own_trains_is_not_deleted_from_the_sweeps_store(
+    tmp_path, monkeypatch, capsys
+):
+    """A run a `fit` of its own trains (`run_lock`) before its first checkpoint, into the sweep's store: the sweep
+    leaves its MLflow run alone (that fit still writes it), while an earlier attempt of a run it starts afresh is
+    deleted (each run of the sweep is one MLflow run)."""
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
+    sweep = tmp_path / "s"
+    run = sweep / "filter.strategy-none-seed0" / "frozenlake-grpo-top_p0.9-20261129-101010"
+    run.mkdir(parents=True)
+    client = mlflow.MlflowClient(tracking_uri=store_uri(sweep))
+    experiment = client.create_experiment("ragen_lit")
+    held, earlier = (
+        client.create_run(experiment, tags={"point": point, "seed": "0"}).info.run_id
+        for point in ("filter.strategy=none", "filter.strategy=top_p")
+    )
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main([*args, "--parallel", "1"]) == 1
+        assert "1 finished, 0 already done, 1 failed" in capsys.readouterr().out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert client.get_run(held).info.lifecycle_stage == "active"
+    assert client.get_run(earlier).info.lifecycle_stage == "deleted"

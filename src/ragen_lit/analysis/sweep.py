@@ -78,6 +78,7 @@ from ragen_lit.analysis.sweep_run import (
     outcome,
     record_end,
     record_failure,
+    run_in_use,
     start_attempt,
     status,
 )
@@ -416,7 +417,12 @@ def _run_locked(
     points = len({spec.point for spec in specs})
     print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
     if shared and served:
-        fresh = [(spec.point, str(spec.seed)) for spec in served if status(spec.folder) == "new"]
+        # the runs that start afresh, not one a `fit` of its own trains (`run_lock`): that fit still writes its run
+        fresh = [
+            (spec.point, str(spec.seed))
+            for spec in served
+            if status(spec.folder) == "new" and run_in_use(spec.folder) is None
+        ]
         check_store(folder)
         with serving(folder) as server:
             prepare_store(server, folder, {spec.config.logging.experiment for spec in served}, fresh)

@@ -80,7 +80,7 @@ class RunInUse(Exception):
     """A run folder of the run is held by a `fit` (`run_lock`), so the attempt was not started; the message names it."""
 
 
-def _in_use(folder: Path) -> str | None:
+def run_in_use(folder: Path) -> str | None:
     """Why a `fit` of the run is running already (`run_lock.in_use` of one of its run folders), None when none is."""
     runs = sorted(run for run in folder.iterdir() if run.is_dir()) if folder.is_dir() else []
     return next(filter(None, map(in_use, runs)), None)
@@ -98,7 +98,7 @@ def start_attempt(
     runs one) is given to a run that writes the sweep's store. The process's `log` attribute is the open `sweep.log`,
     for the caller to close once it ended. Raises `RunInUse`, touching nothing but the log, while a `fit` holds the
     run."""
-    busy = _in_use(folder)
+    busy = run_in_use(folder)
     if busy is not None:
         with open(folder / LOG_NAME, "a") as log:
             log.write(f"\nnot started: {busy}\n")
