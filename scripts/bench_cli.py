@@ -1,7 +1,8 @@
 """How long the command line takes to answer when it has no training to do: `--help`, a config that fails to load,
-a printed config. Each command runs as its own process (`python -m ragen_lit ...`, the interpreter's start
-included) a few times; the table gives the fastest, median and slowest wall time, and whether torch, transformers
-or Lightning were imported (one more run with `-X importtime`, not timed).
+a printed config, refusals by the env registry and by this machine's bounds. Each command runs as its own process
+(`python -m ragen_lit ...`, the interpreter's start included) a few times; the table gives the fastest, median and
+slowest wall time, and whether torch, transformers or Lightning were imported (one more run with `-X importtime`, not
+timed).
 
     python scripts/bench_cli.py              # 5 runs of each command
     python scripts/bench_cli.py --repeats 10
@@ -28,6 +29,12 @@ COMMANDS = {
     "fit, config error (filter.value=7)": ["fit", "--config", CONF, "filter.value=7"],
     "fit, unquoted value (iter-epoch=1)": ["fit", "--config", CONF, "trainer.resume=runs/x/iter-epoch=1.ckpt"],
     "config (prints the resolved config)": ["config", "--config", CONF],
+    "fit, unknown env (env.name=chess)": ["fit", "--config", CONF, "env.name=chess"],
+    "fit, env option (env.options.size=100000)": ["fit", "--config", CONF, "env.options.size=100000"],
+    "fit, too many threads (trainer.threads=100000)": ["fit", "--config", CONF, "trainer.threads=100000"],
+    "fit, host memory (rollout.groups=1000000000)": ["fit", "--config", CONF, "rollout.groups=1000000000"],
+    "config, unknown env (env.name=chess)": ["config", "--config", CONF, "env.name=chess"],
+    "sweep, unknown env (env.name=frozenlake,chess)": ["sweep", "--config", CONF, "env.name=frozenlake,chess"],
 }
 HEAVY = ("torch", "transformers", "lightning")
 

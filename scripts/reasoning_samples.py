@@ -56,12 +56,16 @@ def run_folder(path: Path) -> Path:
 
 
 def format_ok_rate(run: Path, step: int) -> float | None:
-    """`rollout/format_ok_rate` at `step` from the run's own store (None where it was not logged)."""
+    """`rollout/format_ok_rate` at `step` from the run's store (None where it was not logged): the sqlite file its
+    run.json names (a sweep's runs share their sweep's), or, for a run folder moved since it ran (the archives of
+    docs/results), the store beside it or beside its sweep point's folder."""
     from mlflow.tracking import MlflowClient
 
     info = json.loads((run / "run.json").read_text())
-    store = run.parent / "mlruns.db"
-    if not store.is_file():
+    uri, prefix = info.get("tracking_uri", ""), "sqlite:///"
+    named = [Path(uri[len(prefix) :])] if uri.startswith(prefix) else []
+    store = next((p for p in [*named, run.parent / "mlruns.db", run.parent.parent / "mlruns.db"] if p.is_file()), None)
+    if store is None:
         return None
     history = MlflowClient(tracking_uri=f"sqlite:///{store}").get_metric_history(
         info["mlflow_run_id"], "rollout/format_ok_rate"

@@ -28,6 +28,7 @@ BOTTOM = {
     "figures",
     "shapes",
     "provenance",
+    "seeds",
 }
 PARALLEL = {
     "parallel",
@@ -50,12 +51,16 @@ ALLOWED: dict[str, set[str]] = {
     "engines": {"choices", "errors", "models", "kernels", "parallel.collectives", "shapes"},
     "agent": {"envs", "engines"},
     # the torch.distributed helpers of parallel/, not its Lightning strategies
-    "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes"}
+    "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes", "seeds"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "bounds", "overrides"},
     "bounds": {"errors"},
     "overrides": {"errors"},
     "checkpoint_files": set(),
+    "folder_lock": set(),
+    "run_lock": {"errors", "folder_lock"},
+    # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
+    "killed_runs": {"checkpoint_files", "config", "errors", "run_lock", "training"},
     "machine_bounds": {"errors", "presets"},
     "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
@@ -78,8 +83,10 @@ ALLOWED: dict[str, set[str]] = {
         "parallel.collectives",
     },
     # the package's own __init__ for its version
+    "warm_start_options": {"typed_fields"},
     "warm_start": {
         "__init__",
+        "warm_start_options",
         "errors",
         "typed_fields",
         "config",
@@ -92,8 +99,20 @@ ALLOWED: dict[str, set[str]] = {
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
-    # preflight: a sweep runs fit's checks on every planned run before any starts
-    "analysis": {"errors", "figures", "config", "metrics", "overrides", "checkpoint_files", "training", "preflight"},
+    # preflight: a sweep runs fit's checks on every planned run before any starts; folder_lock, run_lock: the sweep
+    # folder's lock, and a run folder that a fit holds is left alone
+    "analysis": {
+        "errors",
+        "figures",
+        "config",
+        "metrics",
+        "overrides",
+        "checkpoint_files",
+        "training",
+        "preflight",
+        "folder_lock",
+        "run_lock",
+    },
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
     # Wilson interval and the role tag `compare` reads; machine_bounds: the host bound of episodes x samples
     "evaluation": {
@@ -114,7 +133,9 @@ ALLOWED: dict[str, set[str]] = {
     },
     # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
     "sweep_app": {"analysis"},
-    "cli": BELOW_TRAINING | {"training", "diagnose", "evaluation", "analysis", "warm_start", "provenance", "preflight"},
+    "cli": BELOW_TRAINING
+    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "provenance", "preflight"}
+    | {"run_lock", "killed_runs"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

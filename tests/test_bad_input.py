@@ -50,6 +50,21 @@ CASES = {
     "gpu memory share": (None, ["trainer.gpu_memory_fraction=1.5"], "trainer.gpu_memory_fraction=1.5 is out of range"),
     "gpu without cuda": (None, ["trainer.accelerator=gpu"], "trainer.accelerator=gpu"),
     "tracking uri scheme": (None, ["logging.tracking_uri=bogus://x"], "logging.tracking_uri='bogus://x'"),
+    "tracking server scheme": (
+        None,
+        ["logging.tracking_server=ftp://x", "logging.tracking_uri=sqlite:///x.db"],
+        "logging.tracking_server='ftp://x' is not an MLflow server's address",
+    ),
+    "tracking server without its store": (
+        None,
+        ["logging.tracking_server=http://127.0.0.1:9"],
+        "writes to the store logging.tracking_uri names, and logging.tracking_uri is not set",
+    ),
+    "tracking server that does not answer": (
+        None,
+        ["logging.tracking_server=http://127.0.0.1:9", "logging.tracking_uri=sqlite:///x.db"],
+        "logging.tracking_server='http://127.0.0.1:9': the MLflow server does not answer",
+    ),
     "empty experiment": (None, ["logging.experiment="], "logging.experiment=''"),
     "unknown logger": (None, ["logging.loggers=[mlflow,neptune]"], "'neptune' is not allowed; choose from: mlflow"),
     "loggers without mlflow": (None, ["logging.loggers=[tensorboard]"], "leaves out mlflow, the run's record"),
@@ -57,7 +72,7 @@ CASES = {
     "missing critic folder": (None, ["model.critic_path=/no/such/folder"], "model.critic_path='/no/such/folder'"),
     "vllm not installed": (None, ["rollout.engine=vllm"], "rollout.engine=vllm needs the vllm extra"),
     "context too short": (None, ["rollout.max_context_tokens=16"], "rollout.max_context_tokens=16"),
-    "trajectory share zero": (None, ["filter.level=trajectory", "filter.value=0"], "filter.value=0.0"),
+    "trajectory share zero": (None, ["filter.level=trajectory", "filter.value=0"], "filter.value=0.0 is out of range"),
     "lora rank negative": (None, ["model.lora.r=-1"], "model.lora.r=-1 is out of range; it must be >= 0"),
     "lora dropout one": (None, ["model.lora.dropout=1"], "model.lora.dropout=1"),
     "lora unknown key": (None, ["model.lora.rank=8"], "model.lora.rank: unknown key; keys of model.lora are: r, alpha"),
@@ -116,8 +131,12 @@ CASES = {
     "seed beyond numpy's": (None, ["trainer.seed=4294967296"], "trainer.seed=4294967296 is out of range"),
     "negative env seed": (None, ["rollout.seed=-1"], "rollout.seed=-1 is out of range; it must be >= 0"),
     # a filter that keeps nothing
-    "top_p keeps nothing": (None, ["filter.value=0"], "filter.value=0.0 is out of range for strategy top_p"),
-    "top_k keeps nothing": (None, ["filter.strategy=top_k", "filter.value=0"], "filter.value=0.0: top_k takes"),
+    "top_p keeps nothing": (None, ["filter.value=0"], "filter.value=0.0 is out of range for filter.strategy=top_p"),
+    "top_k keeps nothing": (
+        None,
+        ["filter.strategy=top_k", "filter.value=0"],
+        "filter.value=0.0 is out of range for filter.strategy=top_k",
+    ),
     # where a run writes
     "run name outside the output folder": (None, ["logging.run_name=../../x"], "logging.run_name='../../x' must be"),
     "empty output folder": (None, ["logging.output_dir="], "logging.output_dir='' is empty"),
@@ -256,6 +275,24 @@ def test_wandb_online_without_a_login_is_one_line_before_any_work(tmp_path, monk
     err = capsys.readouterr().err
     assert err.startswith("error: logging.wandb_mode=online: ") and err.count("\n") == 1, err
     assert "wandb login" in err and "logging.wandb_mode=offline" in err
+    assert not out.exists()
+
+
+def test_a_malformed_wandb_key_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    """WANDB_API_KEY that is not a W&B key (too short): W&B's own check of its form refuses it, in one line, before
+    any model loads or anything is written (it raised a traceback from the check before)."""
+    import wandb
+
+    wandb.teardown()  # a login earlier in this process would still count
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("WANDB_API_KEY", "not-a-key")
+    out = tmp_path / "out"
+    online = ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online", f"logging.output_dir={out}"]
+    assert main(["fit", "--config", CONF, *online]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: logging.wandb_mode=online: WANDB_API_KEY invalid: ") and err.count("\n") == 1, err
+    assert "logging.wandb_mode=offline" in err
     assert not out.exists()
 
 

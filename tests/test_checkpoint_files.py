@@ -4,6 +4,7 @@ newest complete checkpoint, whichever kind, with the names written before the `=
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,13 @@ def test_resume_last_takes_the_newest_checkpoint_of_the_runs_of_that_name(tmp_pa
     _write(tmp_path / f"{NAME}-b-20260101-140000" / "checkpoints" / "last.ckpt", 3)
     assert resolve_run_dir(cfg)[1] == str(newer)
     named = load_config(None, ["logging.run_name=x", f"logging.output_dir={tmp_path}", "trainer.resume=last"])
-    with pytest.raises(ConfigError, match="no run named 'x' with a checkpoint under"):
+    start = "start afresh with the same command without trainer.resume$"
+    with pytest.raises(ConfigError, match=f"^trainer.resume=last: no run named 'x' under {tmp_path}; {start}"):
+        resolve_run_dir(named)
+    (tmp_path / "x-20260101-120000").mkdir()  # a run of that name that never reached its first checkpoint
+    (tmp_path / "x-20260101-130000" / "checkpoints").mkdir(parents=True)
+    newest = re.escape(str(tmp_path / "x-20260101-130000"))
+    with pytest.raises(ConfigError, match=f"^trainer.resume=last: no checkpoint in {newest} .*; {start}"):
         resolve_run_dir(named)
 
 

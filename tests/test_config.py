@@ -203,7 +203,7 @@ def test_cli_reports_one_line_without_traceback():
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: filter.value=1.5 is out of range for strategy top_p; it must be in (0, 1] (0 keeps no group)"
+        "error: filter.value=1.5 is out of range for filter.strategy=top_p; it must be in (0, 1] (0 keeps no group)"
     ]
 
 
@@ -218,8 +218,8 @@ def test_cli_reports_one_line_without_traceback():
         ),
         (
             ["filter.level=trajectory", "filter.value=0"],
-            "filter.value=0.0 keeps nothing at filter.level=trajectory; it must be > 0 (the share of each "
-            "group's rollouts kept)",
+            "filter.value=0.0 is out of range for filter.level=trajectory; it must be in (0, 1] (the share of "
+            "each group's rollouts kept; 0 keeps none)",
         ),
     ],
 )
@@ -366,3 +366,45 @@ def test_an_override_of_a_retired_key_is_refused_in_one_line():
     assert "\n" not in message
     assert message.startswith("rollout.hf_decode_attention='split': this setting was removed")
     assert "rollout.exact" in message
+
+
+def test_model_chat_template_takes_chatml_or_a_jinja_file(tmp_path):
+    assert load_config(None, []).model.chat_template is None  # the tokenizer's own
+    assert load_config(None, ["model.chat_template=chatml"]).model.chat_template == "chatml"
+    template = tmp_path / "template.jinja"
+    # transformers' own tags compile too: loop controls and `{% generation %}`
+    template.write_text(
+        "{% for m in messages %}{% generation %}{{ m['content'] }}{% endgeneration %}{% if loop.last %}{% break %}"
+        "{% endif %}{% endfor %}"
+    )
+    assert load_config(None, [f"model.chat_template={template}"]).model.chat_template == str(template)
+
+
+def test_model_chat_template_refuses_a_missing_or_broken_file_in_one_line(tmp_path, capsys):
+    allowed = "give chatml (the shipped ChatML template) or the path of a Jinja chat template file"
+    missing = tmp_path / "nope.jinja"
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m['content'] }}\n")
+    empty = tmp_path / "empty.jinja"
+    empty.write_text("\n")
+    cases = {
+        str(missing): f"no such file; {allowed}",
+        str(tmp_path): f"a folder, not a file; {allowed}",
+        str(empty): f"the file is empty; {allowed}",
+        str(broken): "not a valid Jinja template (line 1: Unexpected end of template. Jinja was looking for the "
+        "following tags: 'endfor' or 'else'. The innermost block that needs to be closed is 'for'.)",
+    }
+    for value, why in cases.items():
+        with pytest.raises(ConfigError) as err:
+            load_config(None, [f"model.chat_template={value}"])
+        assert str(err.value) == f"model.chat_template={value!r}: {why}"
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["model.chat_template="])
+    assert (
+        str(err.value) == f"model.chat_template='' is empty; leave it null (the tokenizer's own template) or {allowed}"
+    )
+    assert main(["fit", f"model.chat_template={missing}", f"logging.output_dir={tmp_path / 'runs'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: model.chat_template={str(missing)!r}: no such file; {allowed}"
+    ]
+    assert not (tmp_path / "runs").exists()

@@ -1,11 +1,13 @@
 import math
 import statistics
+from functools import partial
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragen_lit.config import ConfigError, load_config
 from ragen_lit.filtering import (
     STRATEGIES,
     dynamic_sampling_keep,
@@ -82,6 +84,51 @@ def test_invalid_configuration_names_the_key(kwargs, key):
         select_groups(REWARDS, **kwargs)
 
 
+TOP_P_RANGE = "in (0, 1] (0 keeps no group)"
+TOP_K_RANGE = "a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)"
+TRAJECTORY_RANGE = "in (0, 1] (the share of each group's rollouts kept; 0 keeps none)"
+
+
+@pytest.mark.parametrize(
+    "strategy, level, value, allowed",
+    [
+        ("top_p", "group", 0.9, None),
+        ("top_p", "group", 1.0, None),
+        ("top_p", "group", 0.0, TOP_P_RANGE),
+        ("top_p", "group", 1.5, TOP_P_RANGE),
+        ("top_p_softmax", "group", 1.5, TOP_P_RANGE),
+        ("min_p", "group", 0.0, None),
+        ("min_p", "group", 1.0, None),
+        ("min_p", "group", 1.5, "in [0, 1]"),
+        ("top_k", "group", 0.5, None),
+        ("top_k", "group", 3.0, None),
+        ("top_k", "group", 0.0, TOP_K_RANGE),
+        ("top_k", "group", 2.7, TOP_K_RANGE),
+        ("none", "group", 7.0, None),  # not read by this strategy
+        ("top_p", "trajectory", 0.5, None),
+        ("top_p", "trajectory", 1.0, None),
+        ("top_p", "trajectory", 0.0, TRAJECTORY_RANGE),
+        ("top_p", "trajectory", 1.5, TRAJECTORY_RANGE),
+    ],
+)
+def test_the_config_and_the_filters_take_the_same_filter_values(strategy, level, value, allowed):
+    """One range rule (`choices.filter_value_error`) behind both entry points: a value `load_config` refuses, the
+    filter functions refuse with the same line (naming the key, the value and the range), and the other way round."""
+    overrides = [f"filter.strategy={strategy}", f"filter.level={level}", f"filter.value={value}"]
+    select = partial(select_groups, REWARDS, strategy) if level == "group" else partial(select_trajectories, REWARDS)
+    if allowed is None:
+        assert load_config(None, overrides).filter.value == value
+        select(value)
+        return
+    scope = f"filter.strategy={strategy}" if level == "group" else "filter.level=trajectory"
+    message = f"filter.value={value!r} is out of range for {scope}; it must be {allowed}"
+    with pytest.raises(ConfigError) as from_config:
+        load_config(None, overrides)
+    with pytest.raises(ValueError) as from_filter:
+        select(value)
+    assert str(from_config.value) == str(from_filter.value) == message
+
+
 # ---------------------------------------------------------------- strategies by hand
 
 
@@ -102,7 +149,6 @@ def test_invalid_configuration_names_the_key(kwargs, key):
         ("top_k", 0.5, True, None, [0, 1, 3]),  # floor(0.5 * 6) = 3
         ("top_k", 0.1, True, None, [3]),  # floor(0.6) = 0 -> at least 1
         ("top_k", 2, True, None, [0, 3]),
-        ("top_k", 2.7, True, None, [0, 3]),
         ("top_k", 10, True, None, [0, 1, 2, 3, 4, 5]),
         ("top_k", 0.9, False, None, [0, 1, 3, 5]),  # floor(5.4) = 5 of all 6, but only 4 candidates
         ("min_p", 0.25, True, None, [0, 3]),  # >= 2.25

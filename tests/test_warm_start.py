@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from ragen_lit.agent.chat import ChatFormat
-from ragen_lit.cli import continue_command, main
+from ragen_lit.cli import main
 from ragen_lit.config import load_config
 from ragen_lit.models import load_policy, load_tokenizer
 from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import sft_batch, sft_loss
 from ragen_lit.presets.tiny.expert import ExpertEngine
-from ragen_lit.warm_start import RECORD
+from ragen_lit.warm_start import RECORD, continue_command
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf" / "frozenlake.yaml")
 CHEAP = ["--episodes", "8", "--steps", "6", "--batch-size", "4", "--lr", "1e-3", "--val-envs", "2"]

@@ -11,8 +11,9 @@ per rank), read here in one process.
 
 The rule for a run folder: its newest complete checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt`, or a
 periodic one written after it by a process stopped before its `last.ckpt`). A checkpoint holds weights only; the
-architecture, tokenizer (with its chat template) and generation settings come from the base model the run
-started from (`model.path` or `model.name` in its `run.json`), which must still be loadable.
+architecture, tokenizer (with its chat template, or the run's `model.chat_template` where it set one) and generation
+settings come from the base model the run started from (`model.path` or `model.name` in its `run.json`), which must
+still be loadable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER, is_sharded_checkpoint, newest_checkpoint
 from ragen_lit.config import LoraConfig, ModelConfig
+from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, load_tokenizer
 from ragen_lit.models.folders import empty_target, write_model_folder
@@ -150,7 +152,8 @@ class TrainedPolicy:
     """the base model's architecture (its config as the base folder has it) with the checkpoint's weights, in eval
     mode"""
     tokenizer: object
-    """the base model's tokenizer (`models.load_tokenizer`: a pad token is set)"""
+    """the base model's tokenizer (`models.load_tokenizer`: a pad token is set), with the run's `model.chat_template`
+    in place of its own where the run set one"""
     checkpoint: Path
     base: str
     """the folder or hub id the run started from"""
@@ -170,7 +173,7 @@ def load_trained_policy(source: str | os.PathLike, dtype: str | None, what: str)
     checkpoint = find_checkpoint(source, what)
     state, progress = policy_state(checkpoint, what)
     model_cfg, base = run_model_config(checkpoint, what)
-    tokenizer = load_tokenizer(base)
+    tokenizer = load_tokenizer(base, chat_template_source(model_cfg.chat_template))  # the run's model.chat_template
     stored = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
     lora = model_cfg.lora
     try:

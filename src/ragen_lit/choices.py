@@ -1,4 +1,5 @@
-"""The names config fields accept, one tuple per concept, and the algorithm presets: torch-free, one source each.
+"""The names config fields accept, one tuple per concept, the algorithm presets and the range rule of `filter.value`:
+torch-free, one source each.
 
 `config` validates against these, so loading a config imports no torch, transformers or Lightning; the rooms that
 implement each name (`algos`, `filtering`, `engines`, `models`, the cross-scorer) import the same tuple from here
@@ -43,6 +44,8 @@ player and boxes); an env without one refuses `gigpo` at config time.
 
 from __future__ import annotations
 
+import math
+
 # -- algorithms (`algos`) ------------------------------------------------------------------------------
 ADVANTAGE_ESTIMATORS = ("gae", "bilevel_gae", "grpo", "drgrpo", "rloo", "gigpo")
 _CRITIC_ESTIMATORS = ("gae", "bilevel_gae")
@@ -77,6 +80,38 @@ def uses_critic(advantage: str) -> bool:
 # -- the reward-variance filter (`filtering`) --------------------------------------------------------------
 STRATEGIES = ("none", "top_p", "top_p_softmax", "top_k", "min_p", "nonzero", "quartile")
 SCORES = ("var", "std")
+
+
+# `filter.value`'s range per strategy (at filter.level=trajectory, under the key "trajectory"): the range in words
+# and its test
+FILTER_VALUE_RANGES = {
+    "trajectory": ("in (0, 1] (the share of each group's rollouts kept; 0 keeps none)", lambda v: 0.0 < v <= 1.0),
+    "top_p": ("in (0, 1] (0 keeps no group)", lambda v: 0.0 < v <= 1.0),
+    "top_p_softmax": ("in (0, 1] (0 keeps no group)", lambda v: 0.0 < v <= 1.0),
+    "min_p": ("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
+    "top_k": (
+        "a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)",
+        lambda v: 0.0 < v < 1.0 or v == int(v) >= 1,
+    ),
+}
+
+
+def filter_value_error(strategy: str, value: object, level: str = "group") -> str | None:
+    """The one range rule of `filter.value` (`FILTER_VALUE_RANGES`): None where `value` is allowed for `strategy` at
+    `level`, else the one-line error naming the key, the value and the range allowed. `config` raises it as a
+    ConfigError before a run starts and `filtering` as a ValueError on its own arguments, so the filters take every
+    config that loads. At the group level `top_p` and `top_p_softmax` read a mass (1 keeps every group), `min_p` a
+    ratio of the best score, `top_k` a fraction of the groups or a count; the other strategies do not read it."""
+    trajectory = level == "trajectory"
+    rule = FILTER_VALUE_RANGES.get("trajectory" if trajectory else strategy)
+    if rule is None:
+        return None
+    allowed, fits = rule
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and fits(value):
+        return None
+    scope = "filter.level=trajectory" if trajectory else f"filter.strategy={strategy}"
+    return f"filter.value={value!r} is out of range for {scope}; it must be {allowed}"
+
 
 # -- rollout engines (`engines`) ---------------------------------------------------------------------------
 ENGINES = ("hf", "vllm")

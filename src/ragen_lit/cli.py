@@ -5,60 +5,72 @@ User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import os
-import shlex
 import sys
 import time
-import typing
 from pathlib import Path
 
 # nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
 # Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import field_docs, flag
+from ragen_lit.typed_fields import add_option_flags
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
 
 def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     """Train; returns the end-of-run summary. `verbose` keeps third-party INFO lines, tips and warnings."""
+    from ragen_lit.preflight import preflight
+
+    started = time.perf_counter()
+    preflight(cfg)  # first: a mistake is refused before torch, Lightning or transformers are imported
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.killed_runs import mark_killed
+    from ragen_lit.run_lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
-    started = time.perf_counter()
     quiet_third_party(verbose)
-    from ragen_lit.preflight import preflight
+    rank_zero = rank_zero_only.rank == 0
+    with contextlib.ExitStack() as held:  # the run folder's lock (`run_lock`) and this process's settings, undone
+        # one process trains a run folder: a resumed run's is held from here, a new run's once made (below); the
+        # other ranks train rank zero's
+        resolve = functools.partial(resolve_run_dir, cfg)
+        try:
+            run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
+            if lock is not None:
+                held.enter_context(lock)
+        finally:  # refused or not: the runs of this name a kill left RUNNING say so (this one, held now, is not)
+            if rank_zero:
+                mark_killed(cfg)
+        changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
+        finished = finished_run(cfg, info) if ckpt_path else None
+        if finished:
+            print(finished_message(run_dir, finished))
+            return finished["summary"]
+        if rank_zero:  # the other ranks start after rank zero opened it
+            from ragen_lit.training.store import open_store
 
-    preflight(cfg)
-    run_dir, ckpt_path, info = resolve_run_dir(cfg)
-    changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
-    finished = finished_run(cfg, info) if ckpt_path else None
-    if finished:
-        print(finished_message(run_dir, finished))
-        return finished["summary"]
-    if rank_zero_only.rank == 0:  # the other ranks start after rank zero opened it
-        from ragen_lit.training.store import open_store
-
-        open_store(cfg)  # last: a run refused above leaves no store behind
-    if cfg.trainer.threads:
-        torch.set_num_threads(cfg.trainer.threads)
-    torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
-    # ranks launched by Lightning re-run this command: they must share rank 0's run folder
-    inherited = os.environ.get(_RUN_DIR_ENV)
-    if inherited:
-        run_dir = Path(inherited)
-    else:
-        os.environ[_RUN_DIR_ENV] = str(run_dir)
-    try:
+            open_store(cfg)  # last: a run refused above leaves no store behind
+        if cfg.trainer.threads:
+            torch.set_num_threads(cfg.trainer.threads)
+        torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
+        # ranks launched by Lightning re-run this command: they must share rank 0's run folder
+        inherited = os.environ.get(_RUN_DIR_ENV)
+        if inherited:
+            run_dir = Path(inherited)
+        else:
+            os.environ[_RUN_DIR_ENV] = str(run_dir)
+            held.callback(os.environ.pop, _RUN_DIR_ENV, None)
+        if rank_zero and lock is None:
+            held.enter_context(hold(run_dir))
         return _fit(cfg, run_dir, ckpt_path, info, changes, started, verbose)
-    finally:
-        if not inherited:
-            os.environ.pop(_RUN_DIR_ENV, None)
 
 
 def _fit(
@@ -75,7 +87,13 @@ def _fit(
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
-    from ragen_lit.training.loggers import close_extra_loggers, log_summary, make_extra_loggers, where_logged
+    from ragen_lit.training.loggers import (
+        close_extra_loggers,
+        folders_in,
+        log_summary,
+        make_extra_loggers,
+        where_logged,
+    )
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
@@ -119,10 +137,12 @@ def _fit(
             close_extra_loggers(extra, succeeded=True)
             record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
     except BaseException as err:
-        fault = machine_fault(err, logger._tracking_uri)
+        fault = machine_fault(err, logger._tracking_uri, folders_in(run_dir))
+        why = f"{fault}; the run stopped {where_stopped(trainer)}" if fault else f"{type(err).__name__}: {err}"
         if rank_zero:
-            close_extra_loggers(extra, succeeded=False)
-        refused = logger.close("FAILED") if rank_zero else None  # Lightning closed it already if it was in training
+            close_extra_loggers(extra, succeeded=False, stopped_by=err)
+        # Lightning marked it FAILED already if it was in training; the reason is added either way
+        refused = logger.close("FAILED", why.strip().splitlines()[0]) if rank_zero else None
         if fault is None:
             raise
         status = mlflow_status("FAILED", refused)
@@ -132,7 +152,8 @@ def _fit(
         if refused is not None:
             raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
         print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
-        print(f"run folder: {run_dir}\nMLflow: {logger._tracking_uri} (run {logger.run_id})")
+        store = cfg.logging.tracking_uri or logger._tracking_uri  # the store, not a tracking_server in front of it
+        print(f"run folder: {run_dir}\nMLflow: {store} (run {logger.run_id})")
         for line in logged_at:
             print(line)
     return summary
@@ -226,12 +247,14 @@ def _export_command(args) -> int:
 
 def _warm_start_command(args) -> int:
     from ragen_lit.preflight import preflight
+    from ragen_lit.warm_start_options import WarmStartOptions
+
+    cfg = load_config(args.config, list(args.overrides))
+    preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import RECORD, WarmStartOptions, warm_start
+    from ragen_lit.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()
-    cfg = load_config(args.config, list(args.overrides))
-    preflight(cfg)  # the checks `fit` makes first: a model path, the env's options, the device
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
     record = warm_start(cfg, options)
     out = str(Path(options.out).expanduser().resolve())
@@ -243,32 +266,6 @@ def _warm_start_command(args) -> int:
             "bfloat16 weights (README, Precision)"
         )
     return 0
-
-
-def continue_command(config: str | None, overrides: list[str], folder: str) -> str:
-    """The `fit` command that trains the warm-started model in `folder` on the same config and overrides: the model
-    overrides (`model=...`, `model.name`, `model.path`) are replaced by `model.name=hf model.path=<folder>`."""
-    replaced = ("model=", "model.name=", "model.path=")
-    kept = [o for o in overrides if not o.startswith(replaced)]
-    words = ["python", "-m", "ragen_lit", "fit", *(["--config", config] if config else []), *kept]
-    return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
-
-
-def _add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
-    """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
-    docs, types = field_docs(options), typing.get_type_hints(options)
-    for f in dataclasses.fields(options):
-        help_text = docs[f.name].replace("%", "%%")  # argparse %-formats help texts
-        kwargs: dict = {"help": help_text, "choices": f.metadata.get("choices")}
-        if f.default is dataclasses.MISSING:
-            kwargs["required"] = True
-        else:
-            kwargs["default"] = f.default
-        if int in (types[f.name], *typing.get_args(types[f.name])):
-            kwargs["type"] = int
-        elif float in (types[f.name], *typing.get_args(types[f.name])):
-            kwargs["type"] = float
-        parser.add_argument(flag(f.name), **kwargs)
 
 
 def _compare_command(args) -> int:
@@ -286,8 +283,8 @@ def _compare_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # the command's word: the top level takes no option with a value. The flags of warm-start and diagnose come from
-    # option classes in modules that import torch, loaded only for that command
+    # the command's word: the top level takes no option with a value. The flags of warm-start, diagnose and evaluate
+    # come from their option classes, loaded only for that command (diagnose's module imports torch)
     command = next((word for word in argv if not word.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m ragen_lit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -305,9 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
     if command == "warm-start":
-        from ragen_lit.warm_start import WarmStartOptions
+        from ragen_lit.warm_start_options import WarmStartOptions
 
-        _add_option_flags(p_warm, WarmStartOptions)
+        add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")
     p_warm.set_defaults(func=_warm_start_command)
     p_cfg = sub.add_parser("config", help="print the resolved config as commented YAML")
@@ -352,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "diagnose":
         from ragen_lit.diagnose import DiagnoseOptions
 
-        _add_option_flags(p_diag, DiagnoseOptions)
+        add_option_flags(p_diag, DiagnoseOptions)
     p_diag.set_defaults(func=_diagnose_command)
     p_eval = sub.add_parser(
         "evaluate", help="play a model (a run, checkpoint, model folder or preset) on fixed episodes: success, pass@k"
@@ -366,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "evaluate":
         from ragen_lit.evaluation.run import EvaluateOptions
 
-        _add_option_flags(p_eval, EvaluateOptions)
+        add_option_flags(p_eval, EvaluateOptions)
     p_eval.add_argument("overrides", nargs="*", help="key.sub=value overrides applied to every config, as for fit")
     p_eval.set_defaults(func=_evaluate_command)
     p_exp = sub.add_parser("export", help="write a run's trained policy as a transformers model folder")

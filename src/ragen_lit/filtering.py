@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from ragen_lit.choices import SCORES, STRATEGIES
+from ragen_lit.choices import SCORES, STRATEGIES, filter_value_error
 
 ZERO_SCORE = 1e-10
 _RELATIVE_SLACK = 1e-6
@@ -93,13 +93,9 @@ def _shortest_prefix(sorted_masses: torch.Tensor, value: float) -> int:
 def _check_strategy_args(strategy: str, value: float, quartile: int | None) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"filter.strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if strategy in ("top_p", "top_p_softmax", "top_k", "min_p"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"filter.value must be a finite number for strategy {strategy!r}, got {value!r}")
-        if strategy == "min_p" and not 0.0 <= value <= 1.0:
-            raise ValueError(f"filter.value must be in [0, 1] for strategy 'min_p', got {value}")
-        if strategy != "min_p" and value <= 0.0:
-            raise ValueError(f"filter.value must be > 0 for strategy {strategy!r}, got {value}")
+    value_error = filter_value_error(strategy, value)
+    if value_error is not None:
+        raise ValueError(value_error)
     if strategy == "quartile" and (isinstance(quartile, bool) or quartile not in (1, 2, 3, 4)):
         raise ValueError(f"filter.quartile must be one of (1, 2, 3, 4) for strategy 'quartile', got {quartile!r}")
 
@@ -144,15 +140,16 @@ def select_groups(
     """SNR-aware group selection (docs/METHOD.md §4): which prompt groups to train on.
 
     Candidates: every group, or with `include_zero=False` only groups with score > 1e-10 (this applies
-    to every strategy). Then, with candidates ordered by descending score:
+    to every strategy). `value`'s range per strategy is the config's (`choices.filter_value_error`). Then, with
+    candidates ordered by descending score:
     - `none`: keep every candidate.
     - `top_p` (linear, ρ = value): keep the shortest prefix whose cumulative score ≥ ρ·M, M the
-      candidates' total score. ρ ≥ 1 keeps every candidate (the no-filter baseline); otherwise a batch
+      candidates' total score. ρ = 1 keeps every candidate (the no-filter baseline); otherwise a batch
       without any score > 1e-10 keeps nothing (that iteration makes no update).
-    - `top_p_softmax`: the same prefix rule on p = softmax(scores) over the candidates; ρ ≥ 1 keeps all;
+    - `top_p_softmax`: the same prefix rule on p = softmax(scores) over the candidates; ρ = 1 keeps all;
       keeps at least one group whenever there is a candidate.
-    - `top_k`: k = floor(value·G) (at least 1) for value < 1, G counting all groups; k = int(value)
-      for value ≥ 1; keep the first min(k, #candidates) candidates.
+    - `top_k`: k = floor(value·G) (at least 1) for value < 1, G counting all groups; k = value for a
+      whole value ≥ 1; keep the first min(k, #candidates) candidates.
     - `min_p`: keep candidates with score ≥ value·max score (value in [0, 1]).
     - `nonzero` (DAPO's zero-variance rule without its refill, see the module docstring): keep candidates
       with score > 1e-10; `value` is ignored.
@@ -175,14 +172,15 @@ def select_groups(
 def select_trajectories(rewards: torch.Tensor, value: float) -> torch.Tensor:
     """Trajectory-level control (Table 7): inside every group keep the n highest- and the n lowest-reward
     rollouts, n = max(1, floor(value·K / 2)), so about `value`·K of the K rollouts survive, half from
-    each end. If 2n ≥ K (or value ≥ 1) the whole group is kept. Order within a group is descending
+    each end. If 2n ≥ K (or value = 1) the whole group is kept. Order within a group is descending
     reward with ties broken by rollout index; the top n and the last n of that order are kept.
 
-    rewards: [G, K] float (finite); value > 0 -> keep: [G, K] bool.
+    rewards: [G, K] float (finite); value in (0, 1] -> keep: [G, K] bool.
     """
     _check_rewards(rewards)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"filter.value must be a finite number > 0 for filter.level='trajectory', got {value!r}")
+    value_error = filter_value_error("top_p", value, level="trajectory")
+    if value_error is not None:
+        raise ValueError(value_error)
     num_groups, k = rewards.shape
     per_end = max(1, math.floor(value * k / 2))
     if 2 * per_end >= k:

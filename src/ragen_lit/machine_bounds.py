@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,18 +99,13 @@ def _config_file(model) -> Path | None:
 
 
 def check_machine(cfg) -> None:
-    """The bounds of this machine and the model (module docstring); raises ConfigError."""
-    import torch
-
+    """The bounds of this machine and the model (module docstring); raises ConfigError. The bounds that need no GPU
+    fact come first, and the GPUs are counted without torch where it cannot see one (`cuda_devices`), so that a
+    refusal on a machine without a GPU comes before torch is imported."""
     t = cfg.trainer
     cores = os.cpu_count() or 1
     if t.threads > cores:
         raise ConfigError(f"trainer.threads={t.threads}: this machine has {cores} CPU cores; use at most {cores}")
-    on_gpu = t.accelerator in ("gpu", "cuda") or (t.accelerator == "auto" and torch.cuda.is_available())
-    have = torch.cuda.device_count() if on_gpu else cores
-    if isinstance(t.devices, int) and t.devices > have:
-        what = f"{have} GPU{'s' if have != 1 else ''}" if on_gpu else f"{have} CPU cores"
-        raise ConfigError(f"trainer.devices={t.devices}: this machine has {what}; use at most {have}")
     shape = model_shape(cfg.model)
     if shape is not None and shape.window is not None and cfg.rollout.max_context_tokens > shape.window:
         raise ConfigError(
@@ -118,19 +114,80 @@ def check_machine(cfg) -> None:
         )
     host = available_memory()
     _check_episodes(cfg, host)
-    if shape is None:
-        return
-    if cfg.model.lora.r > shape.hidden:
+    if shape is not None and cfg.model.lora.r > shape.hidden:
         raise ConfigError(
             f"model.lora.r={cfg.model.lora.r} exceeds the model's width (hidden_size={shape.hidden} in "
             f"{shape.source}): an adapter's rank is at most its layer's smaller side; use at most {shape.hidden}"
         )
+    gpus = cuda_devices() if t.accelerator in ("gpu", "cuda", "auto") else 0
+    if t.accelerator in ("gpu", "cuda") and not gpus:
+        raise ConfigError(
+            f"trainer.accelerator={t.accelerator} but this machine has no usable CUDA GPU; use trainer.accelerator=cpu "
+            "or auto"
+        )
+    on_gpu = gpus > 0
+    have = gpus if on_gpu else cores
+    if isinstance(t.devices, int) and t.devices > have:
+        what = f"{have} GPU{'s' if have != 1 else ''}" if on_gpu else f"{have} CPU cores"
+        raise ConfigError(f"trainer.devices={t.devices}: this machine has {what}; use at most {have}")
+    if shape is None:
+        return
     if on_gpu:
+        import torch
+
         device = torch.cuda.get_device_properties(0).total_memory
         memory, where = device * (t.gpu_memory_fraction or 1.0), "of its GPU's memory"
     else:
         memory, where = host, "of host memory available"
     _check_device_batches(cfg, shape, memory, where, on_gpu)
+
+
+def cuda_devices() -> int:
+    """The CUDA devices torch sees here (`torch.cuda.device_count()` where `torch.cuda.is_available()`). A process
+    that has not imported torch (which takes seconds) imports it only where it can see one: a torch built without
+    CUDA or ROCm sees none (its `torch/version.py` says so), and neither does a CUDA build on a machine whose NVIDIA
+    driver library does not load."""
+    if "torch" not in sys.modules:
+        build = _torch_gpu_build()
+        if build is None:
+            return 0
+        if build == "cuda":
+            import ctypes
+
+            try:
+                ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _torch_gpu_build() -> str | None:
+    """`cuda` or `hip` for a torch built with that GPU runtime, None for a CPU build, read from the assignments of
+    its `version.py`; `cuda` where the file cannot be read (torch is then asked)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    try:
+        tree = ast.parse((Path(locations[0]) / "version.py").read_text())
+    except (IndexError, OSError, SyntaxError, ValueError):
+        return "cuda"
+    built = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign):
+            target = node.target
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        else:
+            continue
+        if isinstance(target, ast.Name) and isinstance(node.value, ast.Constant):
+            built[target.id] = node.value.value
+    if "cuda" not in built or "hip" not in built:
+        return "cuda"
+    return "cuda" if built.get("cuda") else "hip" if built.get("hip") else None
 
 
 def available_memory() -> int:

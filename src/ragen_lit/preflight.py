@@ -12,10 +12,10 @@ from ragen_lit.errors import ConfigError
 
 def preflight(cfg: Config) -> None:
     """The checks that need this machine (installed packages, devices, memory, files) and the model's shape, run
-    before any folder, MLflow store or model is made, so a mistake ends with one line and writes nothing."""
+    before any folder, MLflow store or model is made, so a mistake ends with one line and writes nothing. Those that
+    import nothing heavy come first, and torch is imported only to ask a GPU (`machine_bounds.cuda_devices`): a
+    mistake of the config is refused in well under a second."""
     import importlib.util
-
-    import torch
 
     from ragen_lit.machine_bounds import check_machine
 
@@ -24,18 +24,13 @@ def preflight(cfg: Config) -> None:
 
         raise ConfigError(VLLM_EXTRA_MESSAGE)
     check_logger_packages(cfg)
-    check_wandb_login(cfg)
-    if cfg.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no usable CUDA GPU; "
-            "use trainer.accelerator=cpu or auto"
-        )
     for key in ("path", "critic_path"):
         value = getattr(cfg.model, key)
         if value and _looks_local(value) and not Path(value).expanduser().exists():
             raise ConfigError(f"model.{key}={value!r}: no such folder (a local path; a hub id looks like org/name)")
-    check_machine(cfg)
     check_env(cfg)
+    check_wandb_login(cfg)
+    check_machine(cfg)
 
 
 # the loggers of `logging.loggers` that need a package MLflow's install lacks: the packages (any one serves), each
@@ -58,20 +53,21 @@ def check_logger_packages(cfg: Config) -> None:
 
 def check_wandb_login(cfg: Config) -> None:
     """W&B online (`logging.wandb_mode=online`) needs a login on this machine (`wandb login`, WANDB_API_KEY); without
-    one `wandb.init` would fail mid-setup, after the model loaded. Checked offline: whether a key is configured, not
-    whether the server takes it (a terminal without a key is asked for one, as `wandb login` asks)."""
+    one, or with a key that is not one (W&B's own check of its form), `wandb.init` would fail mid-setup, after the
+    model loaded. Checked offline: whether a key is configured and well formed, not whether the server takes it (a
+    terminal without a key is asked for one, as `wandb login` asks)."""
     if "wandb" not in cfg.logging.loggers or cfg.logging.wandb_mode != "online":
         return
     import os
 
     import wandb
-    from wandb.errors import UsageError
+    from wandb.errors import AuthenticationError, UsageError
 
     silent = os.environ.get("WANDB_SILENT")
     os.environ["WANDB_SILENT"] = "true"  # its "API key is configured" line says nothing the run does not
     try:
         wandb.login(verify=False)
-    except UsageError as err:
+    except (UsageError, AuthenticationError) as err:
         raise ConfigError(
             f"logging.wandb_mode=online: {str(err).splitlines()[0]} (run `wandb login` or set WANDB_API_KEY), or "
             "keep logging.wandb_mode=offline and upload the run later with `wandb sync`"

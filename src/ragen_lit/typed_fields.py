@@ -1,17 +1,19 @@
 """Dataclass fields that carry their own documentation and checks, shared by the training config and the
-`diagnose` and `warm-start` options: a field's doc is the string literal right under it (an attribute docstring,
-as in litgpt), its checks sit in its `checked(...)` default, `check_fields` applies them with one-line errors,
-and `flag` names a field on the command line.
+`diagnose`, `warm-start` and `evaluate` options: a field's doc is the string literal right under it (an attribute
+docstring, as in litgpt), its checks sit in its `checked(...)` default, `check_fields` applies them with one-line
+errors, `flag` names a field on the command line and `add_option_flags` makes an options class's flags.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import functools
 import inspect
 import math
 import textwrap
+import typing
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any
@@ -55,6 +57,23 @@ def field_docs(cls: type) -> dict[str, str]:
 def flag(name: str) -> str:
     """The command-line flag of an options dataclass's field (`max_rows` -> `--max-rows`)."""
     return "--" + name.replace("_", "-")
+
+
+def add_option_flags(parser: argparse.ArgumentParser, options: type) -> None:
+    """One `--flag` per field of the dataclass `options`: its default, docstring and choices; no default = required."""
+    docs, types = field_docs(options), typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+        help_text = docs[f.name].replace("%", "%%")  # argparse %-formats help texts
+        kwargs: dict = {"help": help_text, "choices": f.metadata.get("choices")}
+        if f.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = f.default
+        if int in (types[f.name], *typing.get_args(types[f.name])):
+            kwargs["type"] = int
+        elif float in (types[f.name], *typing.get_args(types[f.name])):
+            kwargs["type"] = float
+        parser.add_argument(flag(f.name), **kwargs)
 
 
 def check_fields(obj: Any, key_of: Callable[[str], str]) -> None:

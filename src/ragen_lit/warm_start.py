@@ -25,6 +25,7 @@ Full fine-tuning whatever `model.lora` says; the device follows `trainer.acceler
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -39,41 +40,17 @@ from ragen_lit.config import Config
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
-from ragen_lit.models import load_policy, load_tokenizer
+from ragen_lit.models import load_policy
 from ragen_lit.models.folders import empty_target, write_model_folder
-from ragen_lit.presets import resolve_model_path
+from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.provenance import run_tags
-from ragen_lit.typed_fields import check_fields, checked, flag
+from ragen_lit.typed_fields import check_fields, flag
+from ragen_lit.warm_start_options import WarmStartOptions
 
 RECORD = "warm_start.json"
-
-
-@dataclass(frozen=True)
-class WarmStartOptions:
-    """The options of `python -m ragen_lit warm-start`; each field is the flag `--<name with dashes>`. The defaults
-    are what worked for SmolLM2-135M-Instruct on an H200 (docs/REPRODUCTION.md: 400 steps at lr 1e-4 took FrozenLake
-    to 68.8% and Sokoban to 26.6% in about 90 s, twice what lr 3e-5 reached); a larger model likely wants a smaller
-    lr."""
-
-    out: str
-    """the model folder to write (new or empty)"""
-    episodes: int = checked(1000, ge=1)
-    """expert episodes to train on"""
-    steps: int = checked(400, ge=1)
-    """AdamW steps (linear warm-up over 10, cosine decay to 10% of --lr)"""
-    lr: float = checked(1e-4, gt=0.0)
-    """peak learning rate"""
-    batch_size: int = checked(8, ge=1)
-    """episodes per step"""
-    epsilon: float = checked(0.45, ge=0.0, le=1.0)
-    """probability per turn that the expert plays one random move and says so (the tiny model's recipe)"""
-    val_envs: int = checked(32, ge=0)
-    """validation episodes before and after the SFT (the config's validation seeds and temperature; 0 skips)"""
-    seed: int = 0
-    """seed of the expert's random moves, the batch order and the validation sampling"""
 
 
 @dataclass(frozen=True)
@@ -95,6 +72,15 @@ class Validation:
             f"success {self.success:.1%}, format ok in {self.format_ok_rate:.1%} of turns, "
             f"a valid action in {self.valid_turn_rate:.1%}"
         )
+
+
+def continue_command(config: str | None, overrides: list[str], folder: str) -> str:
+    """The `fit` command that trains the warm-started model in `folder` on the same config and overrides: the model
+    overrides (`model=...`, `model.name`, `model.path`) are replaced by `model.name=hf model.path=<folder>`."""
+    replaced = ("model=", "model.name=", "model.path=")
+    kept = [o for o in overrides if not o.startswith(replaced)]
+    words = ["python", "-m", "ragen_lit", "fit", *(["--config", config] if config else []), *kept]
+    return shlex.join([*words, "model.name=hf", f"model.path={folder}"])
 
 
 def training_device(accelerator: str) -> torch.device:
@@ -119,11 +105,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     source = resolve_model_path(cfg.model)
-    tokenizer = load_tokenizer(source)
-    try:
-        chat = ChatFormat(tokenizer)
-    except ValueError as err:
-        raise ConfigError(f"model.path={source!r}: {err}") from None
+    tokenizer, chat = load_chat(cfg.model, source)  # model.chat_template applied
     setup = EnvSetup.from_config(cfg)
     # the fit's and this command's validation tasks stay out of the imitated episodes (else validation measures recall)
     v = cfg.validation

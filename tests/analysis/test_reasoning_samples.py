@@ -94,6 +94,20 @@ def test_a_run_without_rollouts_of_iteration_1_has_no_early_vocabulary_share(run
     )
 
 
+def test_the_format_rate_comes_from_the_store_run_json_names(run_folder):
+    """A sweep's run records its sweep's store in run.json, not beside the run: the rate is read there, and is missing
+    (a dash) once neither that store nor one beside the run is there."""
+    root, run = run_folder
+    store = root / "sweep" / "mlruns.db"
+    store.parent.mkdir()
+    (root / "mlruns.db").rename(store)
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "tracking_uri": f"sqlite:///{store}"}))
+    assert reasoning_samples.format_ok_rate(run, 1) == 0.75
+    store.unlink()
+    assert reasoning_samples.format_ok_rate(run, 1) is None
+
+
 def test_early_vocabulary_share_counts_word_occurrences_and_ignores_digits_and_punctuation():
     # words: go up to | up left ("UP2left": the digit separates two words); go, up, up of 5 in the vocabulary
     assert reasoning_samples.early_vocabulary_share(["Go up to (2, 3)!", "UP2left"], {"up", "go"}) == 3 / 5

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,17 +11,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import pytest
 import torch
+from tests.analysis.sweep_servers import gone, server_ports
 
 from ragen_lit.analysis import sweep_run
 from ragen_lit.analysis.sweep import (
     Slot,
-    check_devices,
-    check_placement,
     device_queues,
     expand_grid,
     folder_name,
@@ -30,7 +31,9 @@ from ragen_lit.analysis.sweep import (
     slots,
     sweep_name,
 )
+from ragen_lit.analysis.sweep_checks import check_devices, check_placement
 from ragen_lit.analysis.sweep_run import DONE_MARKER, exit_reason, status
+from ragen_lit.analysis.sweep_store import store_uri
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
@@ -233,7 +236,9 @@ def test_conditions_share_every_gpu(tmp_path, monkeypatch, devices, points, seed
     monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
     real_launch = sweep_module.launch
     monkeypatch.setattr(
-        sweep_module, "launch", lambda spec, slot: started.append((spec, slot)) or real_launch(spec, slot)
+        sweep_module,
+        "launch",
+        lambda spec, slot, server: started.append((spec, slot)) or real_launch(spec, slot, server),
     )
     sweep_module.run_all(specs, pool, say=lambda _: None)
     assert sorted((spec.folder, slot.gpu) for spec, slot in started) == sorted(
@@ -275,11 +280,13 @@ def test_a_restart_from_scratch_keeps_the_failed_attempts_log(tmp_path, monkeypa
 
 
 def test_a_crashed_run_is_reported_and_the_same_command_retries_it(tmp_path, monkeypatch, capsys):
-    """One run dies of a segmentation fault: the sweep names the signal, says how to retry and fails; run again it
-    skips the finished run, retries the crashed one, and that run's log keeps both attempts."""
+    """One run dies of a segmentation fault: the sweep names the signal, says how to retry, stops its MLflow server
+    and fails; run again it skips the finished run, retries the crashed one afresh (the MLflow run its attempt left in
+    the sweep's store deleted, the finished run's kept), and that run's log keeps both attempts."""
     from ragen_lit.analysis import sweep as sweep_module
 
     crash = {"filter.strategy-top_p-seed0": True}
+    points = ("filter.strategy=none", "filter.strategy=top_p")
 
     def fake_fit(folder, resume):
         code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)" if crash.get(folder.name) else "pass"
@@ -294,12 +301,60 @@ def test_a_crashed_run_is_reported_and_the_same_command_retries_it(tmp_path, mon
     assert "1 finished, 0 already done, 1 failed" in out and "the same command again retries the failed runs" in out
     crashed = tmp_path / "s" / "filter.strategy-top_p-seed0"
     assert (crashed / sweep_run.FAILED_MARKER).read_text() == "killed by SIGSEGV\n"
+    (port,) = server_ports(tmp_path / "s")
+    assert f"through MLflow's server at http://127.0.0.1:{port}" in out and gone(port, within_s=0)
+    client = mlflow.tracking.MlflowClient(store_uri(tmp_path / "s"))
+    experiment = client.get_experiment_by_name("ragen_lit").experiment_id
+    left = {point: client.create_run(experiment, tags={"point": point, "seed": "0"}).info.run_id for point in points}
     crash.clear()
     assert sweep_module.run_sweep(*args, **options) == 0
     assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out
     log = (crashed / "sweep.log").read_text()
     assert log.count("$ ") == 2  # both attempts' commands, the crashed one first
     assert not (crashed / sweep_run.FAILED_MARKER).exists() and (crashed / DONE_MARKER).is_file()
+    assert client.get_run(left["filter.strategy=top_p"]).info.lifecycle_stage == "deleted"
+    assert client.get_run(left["filter.strategy=none"]).info.lifecycle_stage == "active"
+
+
+def test_a_run_begun_in_a_store_of_its_own_resumes_there_beside_new_runs_in_the_sweeps(tmp_path, monkeypatch):
+    """A sweep folder from before sweeps shared a store: its run with a checkpoint and its own mlruns.db resumes there
+    (its config names no store, its command no server), while a new run writes the sweep's store through the server."""
+    fit = [sys.executable, "-c", "pass"]
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: fit + ["trainer.resume=last"] * resume)
+    sweep = tmp_path / "s"
+    old, new = sweep / "filter.strategy-none-seed0", sweep / "filter.strategy-top_p-seed0"
+    (old / "frozenlake-grpo-nofilter-20261128-120000" / "checkpoints").mkdir(parents=True)
+    (old / "frozenlake-grpo-nofilter-20261128-120000" / "checkpoints" / "last.ckpt").write_text("weights")
+    (old / "mlruns.db").write_bytes(b"")
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--parallel", "1"]
+    assert main([*args, "filter.strategy=none,top_p"]) == 0
+    assert load_config(str(old / "config.yaml")).logging.tracking_uri is None
+    assert load_config(str(new / "config.yaml")).logging.tracking_uri == store_uri(sweep)
+    (old_command,) = [line for line in (old / "sweep.log").read_text().splitlines() if line.startswith("$ ")]
+    (new_command,) = [line for line in (new / "sweep.log").read_text().splitlines() if line.startswith("$ ")]
+    assert "trainer.resume=last" in old_command and "logging.tracking_server" not in old_command
+    assert new_command.endswith(f"logging.tracking_server=http://127.0.0.1:{server_ports(sweep)[0]}")
+
+
+def test_ctrl_c_stops_the_sweeps_mlflow_server(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the runs start (SIGINT to the sweep's process): the command ends with 130, and the MLflow server it
+    started for its runs is gone, its log kept in the sweep folder."""
+    from ragen_lit.analysis import sweep as sweep_module
+
+    def ctrl_c(spec, slot, server):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(60)  # Python raises KeyboardInterrupt at its next check, within this
+
+    monkeypatch.setattr(sweep_module, "launch", ctrl_c)
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, as `python -m ragen_lit` has it
+    try:
+        assert main(args) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)  # whatever an earlier test's library left
+    assert capsys.readouterr().err.startswith("interrupted: ")
+    (port,) = server_ports(tmp_path / "s")
+    assert gone(port, within_s=0)
 
 
 @pytest.mark.parametrize(
@@ -403,7 +458,7 @@ def test_print_commands_writes_each_runs_config(tmp_path, capsys):
     assert cfg.trainer.threads == 1 and cfg.trainer.iterations == 2
 
 
-def _sweep_command(out: Path, model_dir: Path) -> list[str]:
+def _sweep_command(out: Path, model_dir: Path, parallel: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -418,31 +473,66 @@ def _sweep_command(out: Path, model_dir: Path) -> list[str]:
         "--seeds",
         "2",
         "--parallel",
-        "1",
+        str(parallel),
         "filter.strategy=none,top_p",
         f"model.path={model_dir}",
         *SMALL,
     ]
 
 
-def _runs(store: Path):
-    mlflow.set_tracking_uri(f"sqlite:///{store}")
-    return mlflow.search_runs(experiment_names=["ragen_lit"])
+RUNS = [f"filter.strategy-{value}-seed{seed}" for value in ("none", "top_p") for seed in (0, 1)]
+"""the folders of the grid's runs, `<point>-seed<k>`"""
 
 
-@pytest.mark.slow
-def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path, tiny_model_dir):
-    sweep = tmp_path / "s"
+def _runs(sweep: Path):
+    """The sweep's runs as MLflow's own search gives them: one experiment of the sweep's one store."""
+    mlflow.set_tracking_uri(store_uri(sweep))
+    try:
+        return mlflow.search_runs(experiment_names=["ragen_lit"])
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
+def _rows(sweep: Path) -> dict[tuple[str, str], dict[str, int]]:
+    """How many metric rows each run of the sweep's store holds, per key, by (point, seed)."""
+    client = mlflow.tracking.MlflowClient(store_uri(sweep))
+    experiment = client.get_experiment_by_name("ragen_lit").experiment_id
+    return {
+        (run.data.tags["point"], run.data.tags["seed"]): {
+            key: len(client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics
+        }
+        for run in client.search_runs([experiment])
+    }
+
+
+@dataclass(frozen=True)
+class Killed:
+    """The grid run one at a time, its sweep killed once and started again (`one_at_a_time`)."""
+
+    sweep: Path
+    finished_before: set[str]
+    """the runs that had finished when the sweep was killed"""
+    resumed: set[str]
+    """the run that had written a checkpoint but not finished"""
+    output: str
+    """what the second sweep printed"""
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tmp_path_factory, tiny_model_dir) -> Killed:
+    """2 grid points x 2 seeds x 2 iterations of the tiny model, one run at a time; the whole sweep (its runs with it)
+    killed with SIGKILL once one run finished and the next wrote a checkpoint, then the same command again."""
+    out = tmp_path_factory.mktemp("one_at_a_time")
+    sweep = out / "s"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.Popen(
-        _sweep_command(tmp_path, tiny_model_dir),
+        _sweep_command(out, tiny_model_dir, parallel=1),
         env=env,
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    # kill the whole sweep once one run finished and the next one wrote a checkpoint
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         done = list(sweep.glob(f"*/{DONE_MARKER}"))
@@ -455,35 +545,80 @@ def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(tmp_path
     first.wait()
     finished_before = {p.parent.name for p in sweep.glob(f"*/{DONE_MARKER}")}
     resumed = {p.parents[2].name for p in partial}
-
     second = subprocess.run(
-        _sweep_command(tmp_path, tiny_model_dir), env=env, capture_output=True, text=True, timeout=900
+        _sweep_command(out, tiny_model_dir, parallel=1), env=env, capture_output=True, text=True, timeout=900
     )
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert f"{len(finished_before)} already done" in second.stdout
-    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())  # and the sweep's lock file
-    assert runs == [
-        "filter.strategy-none-seed0",
-        "filter.strategy-none-seed1",
-        "filter.strategy-top_p-seed0",
-        "filter.strategy-top_p-seed1",
-    ]
-    for name in runs:
+    return Killed(sweep, finished_before, resumed, second.stdout)
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_tags_skips_finished_runs_and_resumes_after_a_kill(one_at_a_time):
+    """The second sweep skips the finished runs and resumes the killed one under a server of its own (the first went
+    with the killed sweep); every run is one MLflow run of the sweep's one experiment, finished, with its tags, and
+    its run.json names the store, not a server."""
+    sweep = one_at_a_time.sweep
+    assert f"{len(one_at_a_time.finished_before)} already done" in one_at_a_time.output
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != "artifacts") == RUNS
+    for name in RUNS:
         folder = sweep / name
         assert (folder / DONE_MARKER).is_file()
         log = (folder / "sweep.log").read_text()
         commands = [line for line in log.splitlines() if line.startswith("$ ")]
-        if name in finished_before:
+        if name in one_at_a_time.finished_before:
             assert len(commands) == 1  # never started again
-        if name in resumed:
+        if name in one_at_a_time.resumed:
             assert "trainer.resume=last" in commands[-1].split()
-        table = _runs(folder / "mlruns.db")
-        assert len(table) == 1, name  # a resumed run continues its MLflow run
-        row = table.iloc[0]
-        point, seed = name.rsplit("-seed", 1)
-        assert row["tags.sweep"] == "s" and row["tags.seed"] == seed
-        assert row["tags.point"] == point.replace("filter.strategy-", "filter.strategy=")
+        (record,) = folder.glob("*/run.json")
+        assert json.loads(record.read_text())["tracking_uri"] == store_uri(sweep)
+    table = _runs(sweep)
+    assert len(table) == len(RUNS)  # a resumed run continues its MLflow run
+    for row in table.to_dict("records"):
+        point = row["tags.point"]
+        assert f"{point.replace('=', '-')}-seed{row['tags.seed']}" in RUNS and row["tags.sweep"] == "s"
+        assert row["params.filter.strategy"] == point.split("=")[1] and row["params.trainer.seed"] == row["tags.seed"]
         assert row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 2
+    ports = server_ports(sweep)
+    assert len(ports) == 2 and all(gone(port) for port in ports)  # the killed sweep's server and the second's
+
+
+@pytest.mark.slow
+def test_two_runs_at_a_time_write_the_rows_of_one_at_a_time(one_at_a_time, tmp_path, tiny_model_dir):
+    """The same grid with two runs at a time through the sweep's server: every run holds as many rows of every metric
+    as the same run written one at a time (and resumed once), side by side in one experiment; the server is gone."""
+    done = subprocess.run(
+        _sweep_command(tmp_path, tiny_model_dir, parallel=2), capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "4 runs, 2 at a time" in done.stdout
+    rows = _rows(tmp_path / "s")
+    assert rows == _rows(one_at_a_time.sweep)
+    assert len(rows) == len(RUNS) and all(counts["val/success"] == 3 for counts in rows.values())
+    table = _runs(tmp_path / "s")
+    assert sorted(zip(table["params.filter.strategy"], table["tags.seed"])) == [
+        (value, seed) for value in ("none", "top_p") for seed in ("0", "1")
+    ]
+    (port,) = server_ports(tmp_path / "s")
+    assert gone(port, within_s=0)
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_is_compared_and_its_runs_evaluated_without_its_server(one_at_a_time, capsys):
+    """Once the sweep and its server have ended: `compare` reads the sweep's store, and `evaluate` of its resumed run
+    logs the evaluation beside the run in that store."""
+    sweep = one_at_a_time.sweep
+    assert main(["compare", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "| filter.strategy=none | 2 |" in out and "| filter.strategy=top_p | 2 |" in out
+    (name,) = one_at_a_time.resumed
+    run = sweep / name
+    (record,) = run.glob("*/run.json")
+    assert main(["evaluate", "--model", str(record.parent), "--episodes", "2"]) == 0
+    (report,) = record.parent.glob("evaluations/*.json")
+    (logged,) = json.loads(report.read_text())["mlflow"]
+    assert logged["tracking_uri"] == store_uri(sweep)
+    evaluation = mlflow.tracking.MlflowClient(store_uri(sweep)).get_run(logged["run_id"])
+    assert evaluation.data.tags["seed"] == run.name[-1] and evaluation.data.tags["sweep"] == "s"
 
 
 def test_a_second_sweep_on_a_locked_folder_is_refused_and_a_killed_holder_leaves_no_lock(tmp_path, monkeypatch, capsys):
@@ -522,3 +657,84 @@ def test_a_sweep_name_stays_inside_its_out_folder(tmp_path, name, capsys):
     assert main(["sweep", "--config", CONFIG, "--out", str(tmp_path / "sweeps"), "--name", name]) == 2
     assert capsys.readouterr().err.startswith(f"error: --name {name!r}: give a plain folder name")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_ended(
+    tmp_path, monkeypatch, capsys, checkpoint
+):
+    """A run folder of the sweep's first run is held by another process (`run_lock`, as a fit a killed sweep left
+    would hold it): the sweep neither starts that run nor clears or resumes its folder (with a checkpoint or without),
+    reports it failed naming that process, and runs the others; once that process ended the same command runs it."""
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
+    run = tmp_path / "s" / "filter.strategy-none-seed0" / "frozenlake-grpo-top_p0.9-20261129-101010"
+    (run / "checkpoints").mkdir(parents=True)
+    (run.parent / "mlruns.db").write_text("the run's store")
+    if checkpoint:
+        (run / "checkpoints" / "last.ckpt").write_text("weights")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = sorted(p.name for p in run.rglob("*"))
+        assert main([*args, "--parallel", "1"]) == 1
+        out = capsys.readouterr().out
+        busy = f"run folder {run} is being trained by another process (pid {holder.pid}, "
+        assert f"FAILED  filter.strategy=none seed 0 ({busy}" in out, out
+        assert "done    filter.strategy=top_p seed 0" in out and "1 finished, 0 already done, 1 failed" in out
+        assert sorted(p.name for p in run.rglob("*")) == before and (run.parent / "mlruns.db").is_file()
+        assert f"not started: {busy}" in (run.parent / "sweep.log").read_text()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0
+    assert "1 finished, 1 already done, 0 failed" in capsys.readouterr().out
+
+
+def test_the_mlflow_run_of_a_run_that_a_fit_of_its_own_trains_is_not_deleted_from_the_sweeps_store(
+    tmp_path, monkeypatch, capsys
+):
+    """A run a `fit` of its own trains (`run_lock`) before its first checkpoint, into the sweep's store: the sweep
+    leaves its MLflow run alone (that fit still writes it), while an earlier attempt of a run it starts afresh is
+    deleted (each run of the sweep is one MLflow run)."""
+    monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
+    sweep = tmp_path / "s"
+    run = sweep / "filter.strategy-none-seed0" / "frozenlake-grpo-top_p0.9-20261129-101010"
+    run.mkdir(parents=True)
+    client = mlflow.MlflowClient(tracking_uri=store_uri(sweep))
+    experiment = client.create_experiment("ragen_lit")
+    held, earlier = (
+        client.create_run(experiment, tags={"point": point, "seed": "0"}).info.run_id
+        for point in ("filter.strategy=none", "filter.strategy=top_p")
+    )
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main([*args, "--parallel", "1"]) == 1
+        assert "1 finished, 0 already done, 1 failed" in capsys.readouterr().out
+    finally:
+        holder.kill()
+        holder.wait()
+    assert client.get_run(held).info.lifecycle_stage == "active"
+    assert client.get_run(earlier).info.lifecycle_stage == "deleted"

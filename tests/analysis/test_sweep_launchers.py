@@ -5,6 +5,7 @@ tiny-model fits through submitit_local, run twice)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -140,14 +141,18 @@ def test_parallel_and_threads_map_onto_the_plugins_settings(launcher, settings, 
 
 
 def test_the_multirun_reads_back_paths_and_names_of_any_characters(tmp_path):
-    """The sweep folder and the run names reach the app as the strings they are (Hydra's grammar, quoted)."""
+    """The sweep folder, the run names and the sweep's MLflow server reach the app as the strings they are (Hydra's
+    grammar, quoted)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     sweep = tmp_path / "a b, c='d'" / "s"
-    command = multirun_command(sweep, ["x-seed0", "y.z-seed1"], "joblib", ["hydra.launcher.n_jobs=2"], tmp_path / "r")
+    runs, settings, server = ["x-seed0", "y.z-seed1"], ["hydra.launcher.n_jobs=2"], "http://127.0.0.1:5000"
+    command = multirun_command(sweep, runs, "joblib", settings, tmp_path / "r", server)
     assert command[1:4] == ["-m", "ragen_lit.sweep_app", "--multirun"]
     parsed = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(command[4:])}
     assert parsed["sweep"].value() == str(sweep) and parsed["hydra.sweep.dir"].value() == str(tmp_path / "r")
+    assert parsed["tracking_server"].value() == server
+    assert "tracking_server" not in " ".join(multirun_command(sweep, runs, "joblib", settings, tmp_path / "r"))
     jobs = OverridesParser.create().parse_overrides([f"run={v}" for v in parsed["run"].sweep_string_iterator()])
     assert [job.value() for job in jobs] == ["x-seed0", "y.z-seed1"]  # each job's override, as Hydra's sweeper makes it
     assert parsed["hydra/launcher"].value() == "joblib" and parsed["hydra.launcher.n_jobs"].value() == 2
@@ -179,33 +184,39 @@ def test_joblib_runs_each_run_as_a_job_and_reports_the_ones_that_failed(tmp_path
     assert sorted(p.name for p in records.iterdir() if p.is_dir()) == [folder for _, folder in runs]
 
 
-def _tags(folder: Path) -> dict[str, str]:
-    mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlruns.db'}")
-    (row,) = mlflow.search_runs(experiment_names=["ragen_lit"]).to_dict("records")
-    assert row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 1
-    return {key: row[f"tags.{key}"] for key in ("sweep", "point", "seed")}
+def _tags(sweep: Path) -> list[dict[str, str]]:
+    """The tags `sweep`, `point` and `seed` of every run in the sweep's one store, each run finished."""
+    mlflow.set_tracking_uri(f"sqlite:///{sweep / 'mlruns.db'}")
+    rows = mlflow.search_runs(experiment_names=["ragen_lit"]).to_dict("records")
+    mlflow.set_tracking_uri(None)
+    assert all(row["status"] == "FINISHED" and row["metrics.summary/iterations"] == 1 for row in rows)
+    return sorted(({key: row[f"tags.{key}"] for key in ("sweep", "point", "seed")} for row in rows), key=str)
 
 
 @pytest.mark.slow
 def test_a_two_by_two_grid_runs_through_submitit_local_and_a_second_sweep_skips_it(tmp_path, capsys):
     """2 grid points x 2 seeds of the tiny model, one iteration each, as four submitit jobs: every run finishes with
-    its MLflow tags and done marker; the same sweep again (with another launcher setting, which is not part of the
-    grid) finds the folder, skips all four and launches nothing."""
+    its done marker and its MLflow tags in the sweep's one store, written through the sweep's server; the same sweep
+    again (with another launcher setting, which is not part of the grid) finds the folder, skips all four and
+    launches nothing."""
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "--seeds", "2"]
     args += ["--launcher", "submitit_local", "filter.strategy=none,top_p", *SMALL, "trainer.iterations=1"]
     assert main(args) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "4 runs, through Hydra's submitit_local launcher" in out and "4 finished, 0 already done, 0 failed" in out
     sweep = tmp_path / "s"
-    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name != "hydra")
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name not in ("hydra", "artifacts"))
     assert runs == [f"filter.strategy-{s}-seed{k}" for s in ("none", "top_p") for k in (0, 1)]
+    tags = []
     for name in runs:
         point, seed = name.rsplit("-seed", 1)
         assert (sweep / name / DONE_MARKER).is_file()
-        assert _tags(sweep / name) == {"sweep": "s", "point": point.replace("-", "=", 1), "seed": seed}
-        assert [line for line in (sweep / name / LOG_NAME).read_text().splitlines() if line.startswith("$ ")] == [
-            f"$ {sys.executable} -m ragen_lit fit --config {sweep / name}/config.yaml"
-        ]
+        tags.append({"sweep": "s", "point": point.replace("-", "=", 1), "seed": seed})
+        commands = [line for line in (sweep / name / LOG_NAME).read_text().splitlines() if line.startswith("$ ")]
+        fit = re.escape(f"$ {sys.executable} -m ragen_lit fit --config {sweep / name}/config.yaml ")
+        server = r"logging\.tracking_server=http://127\.0\.0\.1:\d+"
+        assert len(commands) == 1 and re.fullmatch(fit + server, commands[0]), commands
+    assert _tags(sweep) == sorted(tags, key=str)
     assert main([*args, "hydra.launcher.timeout_min=30"]) == 0
     assert "0 finished, 4 already done, 0 failed" in capsys.readouterr().out
     assert len(list((sweep / "hydra").iterdir())) == 1  # the first launch's records only

@@ -3,6 +3,7 @@ launcher job's attempt (`run_attempt`), with a stand-in for `fit` (the real fits
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from ragen_lit.analysis.sweep_run import (
     outcome,
     record_end,
     run_attempt,
+    server_override,
     start_attempt,
     status,
 )
@@ -85,6 +87,19 @@ def test_a_resumed_attempt_keeps_the_run_and_a_new_one_starts_clean(tmp_path, fa
     assert log[0] == "$ fit ..." and log[1].startswith("$ ") and log[2] == "fit output"
 
 
+def test_only_a_run_that_writes_the_sweeps_store_is_given_its_server(tmp_path):
+    """The server's address goes on the command line of a run whose config names the sweep's store; a run with a store
+    of its own (an earlier sweep's layout) or the user's, or a sweep without a server, gets none."""
+    server = "http://127.0.0.1:5000"
+    folder = _run_folder(tmp_path)  # its config names no store: the run's own, beside it
+    assert server_override(folder, server) == []
+    (folder / "config.yaml").write_text(f"logging:\n  tracking_uri: sqlite:///{tmp_path / 'mlruns.db'}\n")
+    assert server_override(folder, server) == [f"logging.tracking_server={server}"]
+    assert server_override(folder, None) == []
+    (folder / "config.yaml").write_text(f"logging:\n  tracking_uri: sqlite:///{tmp_path / 'mine.db'}\n")
+    assert server_override(folder, server) == []
+
+
 @pytest.mark.parametrize(("code", "marker", "text"), [(0, DONE_MARKER, r"\d+ s"), (3, FAILED_MARKER, "exit 3")])
 def test_a_launcher_jobs_attempt_records_how_the_run_ended(tmp_path, fake_fit, code, marker, text):
     _, codes = fake_fit
@@ -109,3 +124,19 @@ def test_a_launcher_job_of_a_done_run_starts_nothing(tmp_path, fake_fit):
 def test_a_launcher_job_on_a_folder_without_a_config_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="no config.yaml; give a run folder of a sweep"):
         run_attempt(tmp_path)
+
+
+def test_a_launcher_jobs_attempt_at_a_run_in_use_starts_nothing_and_clears_nothing(tmp_path, fake_fit):
+    """A fit holds the run's folder (`run_lock`, here this process): the job records the failure naming it, the
+    folder keeps its store and run folder, and no fit is started."""
+    from ragen_lit.run_lock import hold
+
+    folder = _run_folder(tmp_path)
+    run = folder / "frozenlake-grpo-20261128-120000"
+    with hold(run):
+        assert run_attempt(folder) is False
+    commands, _ = fake_fit
+    assert commands == []
+    busy = f"run folder {run} is being trained by another process (pid {os.getpid()}, "
+    assert (folder / FAILED_MARKER).read_text().startswith(busy)
+    assert (folder / "mlruns.db").is_file() and run.is_dir()

@@ -7,7 +7,9 @@ chosen moment of 1-based ITERATION, for `test_resume_kill.py`. POINT is one of:
 - `checkpoint`: right after its `last.ckpt` is written (before the next iteration; at the last one, before the
   summary and run.json's `finished`);
 - `periodic`: right after its periodic `iter-NNNN.ckpt` is written, before its `last.ckpt` is begun;
-- `last-partial`: while its `last.ckpt` is written: the hidden partial file is on disk, not yet renamed over it.
+- `last-partial`: while its `last.ckpt` is written: the hidden partial file is on disk, not yet renamed over it;
+- `wait`: not killed here: right after its `last.ckpt` is written it prints `kill_fit: waiting` and sleeps, for the
+  test to kill it (`run_lock`'s tests: a fit that holds its run folder).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from lightning.pytorch import Trainer
@@ -90,6 +93,16 @@ def main(point: str, iteration: int, argv: list[str]) -> int:
         )
     elif point == "last-partial":
         _kill_while_writing_last(iteration)
+    elif point == "wait":
+        save = Trainer.save_checkpoint
+
+        def save_then_wait(self, path, *args, **kwargs):
+            save(self, path, *args, **kwargs)
+            if str(path).endswith("last.ckpt") and self.current_epoch + 1 == iteration:
+                print("kill_fit: waiting", flush=True)
+                time.sleep(3600)
+
+        Trainer.save_checkpoint = save_then_wait
     else:
         raise SystemExit(f"unknown kill point {point!r}")
     return cli.main(argv)

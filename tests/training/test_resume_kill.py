@@ -37,7 +37,7 @@ def _args(output_dir: Path, model_dir, *extra) -> list[str]:
         "rollout.group_size=4",
         "rollout.max_turns=1",
         "rollout.max_new_tokens=32",
-        "filter.strategy=none",  # every iteration updates (Lightning skips a checkpoint after no optimizer step)
+        "filter.strategy=none",  # every iteration updates
         "validation.num_envs=2",
         "validation.every_n_iterations=1",
         "diagnostics.every_n_iterations=1",

@@ -45,6 +45,6 @@ def test_a_sweep_resumes_a_run_stopped_before_its_first_last_checkpoint(tmp_path
     commands = [line for line in (folder / LOG_NAME).read_text().splitlines() if line.startswith("$ ")]
     assert len(commands) == 2 and "trainer.resume=last" in commands[1].split()
     assert _resumed_from(run) == ["iter-0002.ckpt"]
-    mlflow.set_tracking_uri(f"sqlite:///{folder / 'mlruns.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 's' / 'mlruns.db'}")  # the sweep's store
     (status,) = mlflow.search_runs(experiment_names=["ragen_lit"])["status"]  # the same MLflow run, continued
     assert status == "FINISHED"

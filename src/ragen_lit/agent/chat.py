@@ -3,54 +3,59 @@
 Token-in/token-out needs the conversation as a growing list of ids: the first prompt (system + user +
 generation prompt + `<think>`), the closing ids of an assistant turn, and each later user message with
 its generation prompt. We discover these pieces once by rendering probe conversations with the
-tokenizer's own chat template and checking that the template is prefix-preserving (rendering a longer
-conversation only appends text). Templates that rewrite history (e.g. ones that drop earlier `<think>`
-blocks) are refused with a clear error instead of silently training on tokens the model never saw.
+tokenizer's chat template (its own, or the one `model.chat_template` puts in its place: `presets.load_chat`)
+and checking that the template is prefix-preserving (rendering a longer conversation only appends text, and
+an assistant turn, `<think>` block included, appears as written). Templates that rewrite history (e.g.
+Qwen3's, which drops earlier `<think>` blocks) are refused with a one-line error that says to set
+`model.chat_template`, instead of silently training on tokens the model never saw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragen_lit.agent.prompts import THINK_OPEN
+from ragen_lit.agent.prompts import THINK_CLOSE, THINK_OPEN
 
-_ASSISTANT_PROBE = "\x00ASSISTANT\x00"
+# an assistant turn as the rollouts keep it in the history: the `<think>` the first prompt ends with, the sampled
+# reasoning, `</think>`, the reply. A template that drops, moves or reformats the reasoning fails the checks below
+_ASSISTANT_PROBE = THINK_OPEN + "\x00REASONING\x00" + THINK_CLOSE + "\x00ASSISTANT\x00"
 _USER_PROBE = "\x00USER\x00"
+# what a refusal tells the user to do (the values of the config key `model.chat_template`)
+OVERRIDE = "set model.chat_template=chatml or model.chat_template=<path to a Jinja template>"
 
 
 class ChatFormat:
     """Id pieces of one tokenizer's chat template, e.g. for ChatML:
     first prompt `<|im_start|>system\\n…<|im_end|>\\n<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n<think>`,
-    assistant close `<|im_end|>\\n`, next turn `<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n<think>`."""
+    assistant close `<|im_end|>\\n`, next turn `<|im_start|>user\\n…<|im_end|>\\n<|im_start|>assistant\\n<think>`.
+
+    A template these pieces cannot reproduce raises ValueError: one line naming the model and what to set."""
 
     def __init__(self, tokenizer):
+        name = getattr(tokenizer, "name_or_path", "")
+        of = f" of {name!r}" if name else ""
         if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("the tokenizer has no chat template; ragen_lit needs one to build multi-turn prompts")
+            raise ValueError(
+                f"the tokenizer{of} has no chat template; ragen_lit needs one to build multi-turn prompts: {OVERRIDE}"
+            )
         self.tokenizer = tokenizer
         system = {"role": "system", "content": "S"}
         user = {"role": "user", "content": "U"}
+        assistant = {"role": "assistant", "content": _ASSISTANT_PROBE}
         first = self._render([system, user], generation_prompt=True)
-        closed = self._render(
-            [system, user, {"role": "assistant", "content": _ASSISTANT_PROBE}], generation_prompt=False
-        )
+        closed = self._render([system, user, assistant], generation_prompt=False)
         if not closed.startswith(first) or not closed[len(first) :].startswith(_ASSISTANT_PROBE):
             raise ValueError(
-                "the chat template is not prefix-preserving (an assistant turn does not extend the generation "
-                "prompt); token-in/token-out rollouts need one that is"
+                f"the chat template{of} is not prefix-preserving (an assistant turn does not extend the generation "
+                "prompt with its text as written: the template adds, drops or changes text around it, e.g. its "
+                f"<think> block); token-in/token-out rollouts need one that is: {OVERRIDE}"
             )
         self.assistant_close = closed[len(first) + len(_ASSISTANT_PROBE) :]
-        followed = self._render(
-            [
-                system,
-                user,
-                {"role": "assistant", "content": _ASSISTANT_PROBE},
-                {"role": "user", "content": _USER_PROBE},
-            ],
-            generation_prompt=True,
-        )
+        followed = self._render([system, user, assistant, {"role": "user", "content": _USER_PROBE}], True)
         if not followed.startswith(closed) or _USER_PROBE not in followed[len(closed) :]:
             raise ValueError(
-                "the chat template rewrites earlier turns; token-in/token-out rollouts need one that does not"
+                f"the chat template{of} rewrites earlier turns (it drops or changes earlier assistant text once a "
+                f"user turn follows); token-in/token-out rollouts need one that does not: {OVERRIDE}"
             )
         self._user_before, self._user_after = followed[len(closed) :].split(_USER_PROBE)
         self.assistant_close_ids = self.encode(self.assistant_close)

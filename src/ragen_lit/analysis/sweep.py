@@ -6,9 +6,11 @@ a plain `key=value` applies to every run. The runs are the Cartesian product of 
 `trainer.seed` 0..N-1 with `--seeds N`.
 
 Every run is one `python -m ragen_lit fit --config <run>/config.yaml` process with its own folder
-`<sweep>/<point>-seed<k>/`, its own MLflow sqlite store there (many processes writing one sqlite file
-lock each other) and the MLflow tags `sweep`, `point` (the grid point as `key=value,...`, or `base`)
-and `seed`; `python -m ragen_lit compare <sweep>` reads them all. The resolved config of each run is
+`<sweep>/<point>-seed<k>/` and the MLflow tags `sweep`, `point` (the grid point as `key=value,...`, or `base`)
+and `seed`. The runs that run while the sweep waits for them share one MLflow store, `<sweep>/mlruns.db`, written
+through an MLflow server the sweep starts and stops (`sweep_store`, `sweep_server`): one experiment that MLflow's
+own UI shows side by side; runs sent to other machines keep a store each in their folders.
+`python -m ragen_lit compare <sweep>` reads them all. The resolved config of each run is
 written before anything starts, so a bad grid value is refused up front, and a cluster can run the same
 files with its own launcher (`--print-commands` lists one command per run, e.g. for a SLURM job array).
 
@@ -28,7 +30,9 @@ A sweep folder is locked while a sweep works in it (`sweep_lock`): a second swee
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
 (`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
-rest afresh.
+rest afresh. A run that a `fit` of its own still trains (`run_lock`) is not touched: it is reported failed, naming
+that process, and the same command again takes it up once that process ended. A sweep's runs end with it, however it
+ends (`sweep_run`).
 """
 
 from __future__ import annotations
@@ -47,19 +51,40 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ragen_lit.analysis.sweep_checks import MAX_RUNS, check_run_count, check_runs, check_threads
-from ragen_lit.analysis.sweep_launchers import LOCAL, check_launcher, launcher_settings, multirun, split_settings
+from ragen_lit.analysis.sweep_checks import (
+    MAX_RUNS,
+    check_devices,
+    check_one_process,
+    check_placement,
+    check_run_count,
+    check_runs,
+    check_threads,
+)
+from ragen_lit.analysis.sweep_launchers import (
+    LOCAL,
+    ON_THIS_MACHINE,
+    check_launcher,
+    launcher_settings,
+    multirun,
+    split_settings,
+)
 from ragen_lit.analysis.sweep_lock import sweep_lock
 from ragen_lit.analysis.sweep_run import (
     FAILED_MARKER,
     LOG_NAME,
+    RunInUse,
     exit_reason,
     fit_command,
     outcome,
     record_end,
+    record_failure,
+    run_in_use,
     start_attempt,
     status,
 )
+from ragen_lit.analysis.sweep_server import LOG_NAME as SERVER_LOG
+from ragen_lit.analysis.sweep_server import serving
+from ragen_lit.analysis.sweep_store import check_store, prepare_store, run_store, store_path, store_uri
 from ragen_lit.config import Config, load_config, render_yaml
 from ragen_lit.errors import ConfigError
 from ragen_lit.overrides import parse_overrides
@@ -143,13 +168,15 @@ def plan(config: str | None, overrides: list[str], seeds: int, root: Path, name:
     return runs
 
 
-def write_run_config(spec: RunSpec, sweep: str, threads: int) -> Path:
-    """`<run>/config.yaml`: the run's resolved config, with its output folder, tags and `threads` torch threads."""
+def write_run_config(spec: RunSpec, sweep: str, threads: int, store: str | None = None) -> Path:
+    """`<run>/config.yaml`: the run's resolved config, with its output folder, tags, `threads` torch threads and its
+    MLflow `store` (None: the config's own `logging.tracking_uri`)."""
     cfg = spec.config
     tags = {**cfg.logging.tags, "sweep": sweep, "point": spec.point, "seed": str(spec.seed)}
+    uri = store or cfg.logging.tracking_uri
     cfg = dataclasses.replace(
         cfg,
-        logging=dataclasses.replace(cfg.logging, output_dir=str(spec.folder), tags=tags),
+        logging=dataclasses.replace(cfg.logging, output_dir=str(spec.folder), tags=tags, tracking_uri=uri),
         # torch threads match the cores the run is pinned to: more would only contend for them
         trainer=dataclasses.replace(cfg.trainer, threads=threads),
     )
@@ -192,43 +219,6 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
 
 
-def check_placement(specs: list[RunSpec], devices: list[str] | None) -> None:
-    """Runs go where the sweep puts them: on GPUs with `--devices` (one per run), else on CPU cores. A run whose
-    config asks for the other is refused before any starts, naming the setting."""
-    wanted = "cpu" if devices else "gpu"
-    for spec in specs:
-        if spec.config.trainer.accelerator == wanted:
-            fix = (
-                "drop --devices to run on CPU cores"
-                if devices
-                else "add --devices (e.g. --devices 0,1,2,3: one run per GPU at a time)"
-            )
-            raise ConfigError(
-                f"grid point {spec.point!r}: trainer.accelerator={wanted} but the sweep runs "
-                f"{'on GPUs (--devices)' if devices else 'on CPU cores (no --devices)'}; {fix}"
-            )
-
-
-def check_devices(devices: list[str] | None, visible: int) -> None:
-    """`--devices` must name GPUs this machine has (`visible`: how many CUDA sees): integer ids below that count,
-    or GPU/MIG UUIDs as CUDA_VISIBLE_DEVICES takes them. Refused before any run starts, naming the bad id."""
-    if not devices:
-        return
-    listed = ",".join(devices)
-    if visible == 0:
-        raise ConfigError(
-            f"--devices {listed}: this machine has no usable CUDA GPU; drop --devices to run on CPU cores"
-        )
-    for device in devices:
-        if device.startswith(("GPU-", "MIG-")):
-            continue
-        if not device.isdigit() or int(device) >= visible:
-            raise ConfigError(
-                f"--devices {listed}: no GPU {device!r} here; this machine has {visible} "
-                f"(ids 0..{visible - 1}, or GPU UUIDs)"
-            )
-
-
 def placement(cfg: Config, slot: Slot) -> dict[str, object]:
     """The `trainer` settings of a run in `slot`, on top of its config: the CPU, or its GPU alone with the slot's share
     of the card's memory where several runs share it (a grid's own cap wins)."""
@@ -251,12 +241,12 @@ def placed(cfg: Config, threads: int, pool: list[Slot] | None = None) -> Config:
     return dataclasses.replace(cfg, trainer=trainer)
 
 
-def launch(spec: RunSpec, slot: Slot) -> subprocess.Popen:
+def launch(spec: RunSpec, slot: Slot, server: str | None = None) -> subprocess.Popen:
     """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
-    would stack every CPU run on GPU 0)."""
+    would stack every CPU run on GPU 0); `server`: the sweep's MLflow server."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
     overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config, slot).items()]
-    return start_attempt(spec.folder, overrides, env, slot.cores)
+    return start_attempt(spec.folder, overrides, env, slot.cores, server)
 
 
 def report(spec: RunSpec, say=print) -> bool:
@@ -295,9 +285,9 @@ def device_queues(specs: list[RunSpec], pool: list[Slot]) -> dict[str | None, li
     return queues
 
 
-def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]:
-    """Run every spec that is not done, at most one per slot at a time, each on its device (`device_queues`);
-    returns counts per outcome."""
+def run_all(specs: list[RunSpec], pool: list[Slot], server: str | None = None, say=print) -> dict[str, int]:
+    """Run every spec that is not done, at most one per slot at a time, each on its device (`device_queues`), writing
+    through the sweep's MLflow `server`; returns counts per outcome."""
     pending = [spec for spec in specs if status(spec.folder) != "done"]
     counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
     queues = device_queues(pending, pool)
@@ -307,9 +297,15 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
         for slot in list(free):
             if not queues[slot.gpu]:  # this device's runs are all started or done
                 continue
-            free.remove(slot)
             spec = queues[slot.gpu].pop(0)
-            running[launch(spec, slot)] = (spec, slot, time.perf_counter())
+            try:
+                process = launch(spec, slot, server)
+            except RunInUse as busy:  # a fit of its own trains it: left alone, reported failed
+                record_failure(spec.folder, str(busy))
+                counts["finished" if report(spec, say) else "failed"] += 1
+                continue
+            free.remove(slot)
+            running[process] = (spec, slot, time.perf_counter())
         time.sleep(0.5)
         for process in [p for p in running if p.poll() is not None]:
             spec, slot, started = running.pop(process)
@@ -320,31 +316,19 @@ def run_all(specs: list[RunSpec], pool: list[Slot], say=print) -> dict[str, int]
     return counts
 
 
-def check_one_process(specs: list[RunSpec], launcher: str) -> None:
-    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
-    the job has tasks: a run over several devices or nodes is refused there, before any starts."""
-    if launcher != "submitit_slurm":
-        return
-    for spec in specs:
-        trainer = spec.config.trainer
-        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
-            raise ConfigError(
-                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
-                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
-                "--print-commands, one srun per run"
-            )
-
-
-def run_launched(specs: list[RunSpec], sweep: Path, launcher: str, settings: list[str], say=print) -> dict[str, int]:
-    """Hand every spec that is not done to Hydra's `launcher` (one job each: `sweep_launchers.multirun`), wait for
-    them all and report each from its markers; returns counts per outcome."""
+def run_launched(
+    specs: list[RunSpec], sweep: Path, launcher: str, settings: list[str], server: str | None = None, say=print
+) -> dict[str, int]:
+    """Hand every spec that is not done to Hydra's `launcher` (one job each: `sweep_launchers.multirun`, writing
+    through the sweep's MLflow `server`), wait for them all and report each from its markers; returns counts per
+    outcome."""
     pending = [spec for spec in specs if status(spec.folder) != "done"]
     counts = {"skipped": len(specs) - len(pending), "finished": 0, "failed": 0}
     if not pending:
         return counts
     for spec in pending:  # an end an earlier launch recorded is not this one's
         (spec.folder / FAILED_MARKER).unlink(missing_ok=True)
-    code, records = multirun(sweep, [spec.folder.name for spec in pending], launcher, settings)
+    code, records = multirun(sweep, [spec.folder.name for spec in pending], launcher, settings, server)
     for spec in pending:
         counts["finished" if report(spec, say) else "failed"] += 1
     if code:
@@ -385,21 +369,22 @@ def run_sweep(
         check_one_process(specs, launcher)
         how = f"through Hydra's {launcher} launcher"
         run = (partial(run_launched, sweep=root / name, launcher=launcher, settings=settings), how)
-        if launcher != "submitit_slurm":  # jobs on this machine
+        if launcher in ON_THIS_MACHINE:
             check_threads(threads)
             configure = partial(placed, threads=threads)
     elif not print_commands:
         check_threads(threads)
-        import torch
+        if devices:  # torch is imported only to count the GPUs named
+            import torch
 
-        check_devices(devices, torch.cuda.device_count())
+            check_devices(devices, torch.cuda.device_count())
         check_placement(specs, devices)
         pool = slots(parallel, threads, devices)
         run = (partial(run_all, pool=pool), f"{len(pool)} at a time")
         configure = partial(placed, threads=threads, pool=pool)
     check_runs(specs, configure)
     with sweep_lock(root / name):
-        return _run_locked(specs, name, root / name, seeds, threads, run)
+        return _run_locked(specs, name, root / name, seeds, threads, run, shared=configure is not None)
 
 
 def _run_locked(
@@ -408,13 +393,22 @@ def _run_locked(
     folder: Path,
     seeds: int,
     threads: int,
-    run: tuple[Callable[[list[RunSpec]], dict[str, int]], str] | None,
+    run: tuple[Callable[..., dict[str, int]], str] | None,
+    shared: bool,
 ) -> int:
     """`run_sweep` past its checks, under the sweep folder's lock: `run` runs the specs and says how (None: print
-    their commands)."""
+    their commands). `shared`: the runs run while the sweep waits, so the new ones write the sweep's store through the
+    sweep's MLflow server (`sweep_store`)."""
+    served = []  # the runs to do that write the sweep's store
     for spec in specs:
-        if status(spec.folder) != "done":
-            write_run_config(spec, name, threads)
+        if status(spec.folder) == "done":
+            continue
+        store = None  # a store the config names is the user's: the run writes there as `fit` would
+        if spec.config.logging.tracking_uri is None:
+            store = run_store(spec.folder, status(spec.folder) == "resume", shared)
+        write_run_config(spec, name, threads, store)
+        if store is not None:
+            served.append(spec)
     if run is None:
         for spec in specs:
             print(" ".join(fit_command(spec.folder, resume=False)))
@@ -422,11 +416,29 @@ def _run_locked(
     run_specs, how = run
     points = len({spec.point for spec in specs})
     print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
-    counts = run_specs(specs)
+    if shared and served:
+        # the runs that start afresh, not one a `fit` of its own trains (`run_lock`): that fit still writes its run
+        fresh = [
+            (spec.point, str(spec.seed))
+            for spec in served
+            if status(spec.folder) == "new" and run_in_use(spec.folder) is None
+        ]
+        check_store(folder)
+        with serving(folder) as server:
+            prepare_store(server, folder, {spec.config.logging.experiment for spec in served}, fresh)
+            print(
+                f"sweep {name}: the runs write {store_path(folder)} through MLflow's server at {server} (its log: "
+                f"{folder / SERVER_LOG})"
+            )
+            counts = run_specs(specs, server=server)
+    else:
+        counts = run_specs(specs)
     print(
         f"sweep {name}: {counts['finished']} finished, {counts['skipped']} already done, {counts['failed']} failed; "
         f"compare them with: python -m ragen_lit compare {folder}"
     )
+    if store_path(folder).is_file():
+        print(f"sweep {name}: see them side by side in MLflow's UI: mlflow ui --backend-store-uri {store_uri(folder)}")
     if counts["failed"]:
         print(f"sweep {name}: the same command again retries the failed runs (finished runs are skipped)")
     return 1 if counts["failed"] else 0

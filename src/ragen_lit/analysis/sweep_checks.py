@@ -1,7 +1,9 @@
 """What `sweep` checks before any run starts, beyond each run's config (`plan` loads and validates every one): how
 many runs a sweep makes (`MAX_RUNS`), and `fit`'s own checks before training (`preflight`: installed packages,
 devices, memory, local paths, the model's shape, the env's options) on every grid point's config as its runs get it.
-A grid point this machine cannot run is refused in one line naming the point and the key, before any run trained.
+A grid point this machine cannot run is refused in one line naming the point and the key, before any run trained. The
+`--devices` given must be GPUs of this machine, and no run may ask for the other kind of device than the sweep gives
+it; under `--launcher submitit_slurm` every run must be one process (`check_one_process`).
 
 Runs that go to other machines (`--launcher submitit_slurm`, `--print-commands`) get the checks that need no machine
 only (the env's options against the context): a cluster's node has its own memory, cores and devices, and the run's
@@ -56,3 +58,56 @@ def check_runs(specs: list, configure: Callable[[Config], Config] | None) -> Non
                 preflight(configure(spec.config))
         except ConfigError as error:
             raise ConfigError(f"grid point {spec.point!r}: {error}") from None
+
+
+def check_placement(specs: list, devices: list[str] | None) -> None:
+    """Runs go where the sweep puts them: on GPUs with `--devices` (one per run), else on CPU cores. A run whose
+    config asks for the other (`specs`: the sweep's `RunSpec`s) is refused before any starts, naming the setting."""
+    wanted = "cpu" if devices else "gpu"
+    for spec in specs:
+        if spec.config.trainer.accelerator == wanted:
+            fix = (
+                "drop --devices to run on CPU cores"
+                if devices
+                else "add --devices (e.g. --devices 0,1,2,3: one run per GPU at a time)"
+            )
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.accelerator={wanted} but the sweep runs "
+                f"{'on GPUs (--devices)' if devices else 'on CPU cores (no --devices)'}; {fix}"
+            )
+
+
+def check_one_process(specs: list, launcher: str) -> None:
+    """Under `submitit_slurm` a run's job is one SLURM task, and Lightning in a SLURM job starts as many processes as
+    the job has tasks: a run over several devices or nodes (`specs`: the sweep's `RunSpec`s) is refused there, before
+    any starts."""
+    if launcher != "submitit_slurm":
+        return
+    for spec in specs:
+        trainer = spec.config.trainer
+        if trainer.num_nodes != 1 or str(trainer.devices) not in ("1", "auto"):
+            raise ConfigError(
+                f"grid point {spec.point!r}: trainer.devices={trainer.devices} trainer.num_nodes={trainer.num_nodes}, "
+                "but --launcher submitit_slurm runs each run as one process (one SLURM task); run such a grid with "
+                "--print-commands, one srun per run"
+            )
+
+
+def check_devices(devices: list[str] | None, visible: int) -> None:
+    """`--devices` must name GPUs this machine has (`visible`: how many CUDA sees): integer ids below that count,
+    or GPU/MIG UUIDs as CUDA_VISIBLE_DEVICES takes them. Refused before any run starts, naming the bad id."""
+    if not devices:
+        return
+    listed = ",".join(devices)
+    if visible == 0:
+        raise ConfigError(
+            f"--devices {listed}: this machine has no usable CUDA GPU; drop --devices to run on CPU cores"
+        )
+    for device in devices:
+        if device.startswith(("GPU-", "MIG-")):
+            continue
+        if not device.isdigit() or int(device) >= visible:
+            raise ConfigError(
+                f"--devices {listed}: no GPU {device!r} here; this machine has {visible} "
+                f"(ids 0..{visible - 1}, or GPU UUIDs)"
+            )

@@ -20,12 +20,13 @@ SLURM, several nodes) go to a cluster through `sweep --print-commands`, one `sru
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ragen_lit.analysis.sweep_run import child_setup
+from ragen_lit.analysis.sweep_run import SWEEP_ENV, child_setup
 from ragen_lit.errors import ConfigError
 from ragen_lit.overrides import parse_overrides, quoted_value
 
@@ -36,6 +37,8 @@ PLUGINS = {
     "submitit_slurm": "hydra_plugins.hydra_submitit_launcher",
 }
 """the Hydra launcher plugin behind each `--launcher` name (the name is the plugin's `hydra/launcher` option)"""
+ON_THIS_MACHINE = ("joblib", "submitit_local")
+"""the plugins whose jobs run on this machine (checked here as the pool's runs are; they end with the sweep)"""
 LAUNCHERS = (LOCAL, *PLUGINS)
 EXTRA = "pip install 'ragen_lit[launchers]'"
 RECORDS = "hydra"
@@ -188,10 +191,12 @@ def _launcher_config(launcher: str, settings: list[str]) -> dict:
     return OmegaConf.to_container(config.hydra.launcher, resolve=False)
 
 
-def multirun_command(sweep: Path, runs: list[str], launcher: str, settings: list[str], records: Path) -> list[str]:
+def multirun_command(
+    sweep: Path, runs: list[str], launcher: str, settings: list[str], records: Path, server: str | None = None
+) -> list[str]:
     """`python -m ragen_lit.sweep_app --multirun ...`: one job per run folder name of `runs` in the folder `sweep`,
     Hydra's records in `records` (a job's in `<records>/<run>/`, its log included), Hydra quiet on the console
-    (`QUIET`)."""
+    (`QUIET`), the runs writing through the sweep's MLflow `server` (if it runs one)."""
     return [
         sys.executable,
         "-m",
@@ -204,14 +209,19 @@ def multirun_command(sweep: Path, runs: list[str], launcher: str, settings: list
         f"hydra.job.name={quoted_value(sweep.name)}",
         f"sweep={quoted_value(str(sweep))}",
         "run=" + ",".join(quoted_value(run) for run in runs),
+        *([f"tracking_server={quoted_value(server)}"] if server else []),
         *settings,
     ]
 
 
-def multirun(sweep: Path, runs: list[str], launcher: str, settings: list[str]) -> tuple[int, Path]:
-    """Run the runs named `runs` of the sweep folder `sweep` through Hydra's `launcher` and wait for them all; (the
-    multirun's exit status, the folder of its records). The multirun dies with this process (`child_setup`); jobs it
-    already gave a cluster's queue stay there."""
+def multirun(
+    sweep: Path, runs: list[str], launcher: str, settings: list[str], server: str | None = None
+) -> tuple[int, Path]:
+    """Run the runs named `runs` of the sweep folder `sweep` through Hydra's `launcher` (writing through the sweep's
+    MLflow `server`, if it runs one) and wait for them all; (the multirun's exit status, the folder of its records).
+    The multirun dies with this process (`child_setup`), and jobs on this machine kill their runs' fits once it ended
+    (they are told its process id: `sweep_run.SWEEP_ENV`); jobs it already gave a cluster's queue stay there."""
     records = sweep / RECORDS / time.strftime("%Y%m%d-%H%M%S")
-    command = multirun_command(sweep, runs, launcher, settings, records)
-    return subprocess.run(command, preexec_fn=child_setup, check=False).returncode, records
+    command = multirun_command(sweep, runs, launcher, settings, records, server)
+    env = {**os.environ, SWEEP_ENV: str(os.getpid())} if launcher in ON_THIS_MACHINE else None
+    return subprocess.run(command, preexec_fn=child_setup, env=env, check=False).returncode, records

@@ -1,22 +1,19 @@
 """One sweep at a time in a sweep folder.
 
-`sweep_lock(folder)` holds an exclusive `flock` on `<folder>/sweep.lock` while a sweep works in the folder (writing
-its runs' configs, running them); a second sweep on the same folder is refused at once, in one line naming the
-holder (its process id and start time, which the holder writes into the file). The kernel releases the lock when the
-holder's process ends, however it ends, so a killed sweep leaves no stale lock; the runs a sweep starts do not
-inherit it (Python's file descriptors are not inherited). Linux and macOS (`fcntl`).
+`sweep_lock(folder)` holds the lock on `<folder>/sweep.lock` (`folder_lock`) while a sweep works in the folder
+(writing its runs' configs, running them); a second sweep on the same folder is refused at once, in one line naming
+the holder (its process id and start time). A killed sweep leaves no stale lock, and the runs a sweep starts do not
+inherit it (`folder_lock`); each run's `fit` holds its own run folder's lock (`run_lock`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from ragen_lit.errors import ConfigError
+from ragen_lit.folder_lock import Held, take
 
 LOCK_NAME = "sweep.lock"
 
@@ -26,19 +23,12 @@ def sweep_lock(folder: Path) -> Iterator[None]:
     """Hold `folder`'s sweep lock for the `with` block (the folder is made if needed); raises ConfigError when
     another process holds it."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_NAME
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = path.read_text().strip() or "a process"
-            raise ConfigError(
-                f"sweep folder {folder} is in use by another sweep ({holder}); wait for it to end, or give this one "
-                "another --name or --out"
-            ) from None
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        lock = take(folder / LOCK_NAME)
+    except Held as held:
+        raise ConfigError(
+            f"sweep folder {folder} is in use by another sweep ({held.holder}); wait for it to end, or give this one "
+            "another --name or --out"
+        ) from None
+    with lock:
         yield
-    finally:
-        os.close(descriptor)  # releases the lock; the file stays, holding the last holder's line

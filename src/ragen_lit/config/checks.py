@@ -4,7 +4,8 @@ fails."""
 from __future__ import annotations
 
 from ragen_lit.bounds import check_config as check_bounds
-from ragen_lit.choices import uses_critic
+from ragen_lit.choices import filter_value_error, uses_critic
+from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.config.sections import SECTIONS, Config
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
@@ -12,6 +13,8 @@ from ragen_lit.typed_fields import check_fields
 
 # MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
 TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+# those of a tracking server (`logging.tracking_server`)
+SERVER_SCHEMES = ("http", "https")
 
 # the shortest context that holds an environment's first prompt and one turn's answer
 MIN_CONTEXT_TOKENS = 256
@@ -32,11 +35,9 @@ def validate(cfg: Config) -> Config:
                 "top and bottom filter.value share of each group's rollouts; leave filter.strategy=top_p (the "
                 "default) or use filter.level=group"
             )
-        if not flt.value > 0:
-            raise ConfigError(
-                f"filter.value={flt.value!r} keeps nothing at filter.level=trajectory; it must be > 0 (the share "
-                "of each group's rollouts kept)"
-            )
+    value_error = filter_value_error(flt.strategy, flt.value, flt.level)
+    if value_error is not None:
+        raise ConfigError(value_error)
     if not uses_critic(cfg.algo.advantage) and cfg.rollout.group_size < 2:
         raise ConfigError(
             f"algo.advantage={cfg.algo.advantage} with rollout.group_size={cfg.rollout.group_size}: a group-relative "
@@ -49,20 +50,10 @@ def validate(cfg: Config) -> Config:
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
             "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
         )
-    if flt.strategy in ("top_p", "top_p_softmax") and not 0.0 < flt.value <= 1.0:
-        raise ConfigError(
-            f"filter.value={flt.value!r} is out of range for strategy {flt.strategy}; it must be in (0, 1] "
-            "(0 keeps no group)"
-        )
-    if flt.strategy == "min_p" and not 0.0 <= flt.value <= 1.0:
-        raise ConfigError(f"filter.value={flt.value!r} is out of range for strategy min_p; it must be in [0, 1]")
-    if flt.strategy == "top_k" and (flt.value <= 0 or flt.value >= 1 and flt.value != int(flt.value)):
-        raise ConfigError(
-            f"filter.value={flt.value!r}: top_k takes a fraction in (0, 1) or a whole count >= 1 (0 keeps no group)"
-        )
     _check_lora(cfg)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
+    chat_template_source(cfg.model.chat_template)  # a missing file or one that is not Jinja: one line, now
     if cfg.trainer.devices != "auto" and not (isinstance(cfg.trainer.devices, int) and cfg.trainer.devices >= 1):
         raise ConfigError(f"trainer.devices={cfg.trainer.devices!r} must be a positive integer or 'auto'")
     t = cfg.trainer
@@ -74,16 +65,7 @@ def validate(cfg: Config) -> Config:
             f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
             "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
         )
-    uri = cfg.logging.tracking_uri
-    if uri is not None:
-        from urllib.parse import urlparse
-
-        scheme = urlparse(uri).scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
-        if scheme not in TRACKING_SCHEMES:
-            raise ConfigError(
-                f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
-                "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
-            )
+    _check_tracking(cfg)
     if not cfg.logging.experiment.strip():
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
     loggers = cfg.logging.loggers
@@ -101,6 +83,34 @@ def validate(cfg: Config) -> Config:
         )
     check_bounds(cfg)
     return cfg
+
+
+def _check_tracking(cfg: Config) -> None:
+    """`logging.tracking_uri` is an MLflow store; `logging.tracking_server` an http(s) server in front of the store
+    `logging.tracking_uri` names (the run records that store, so it must be one and not another server)."""
+    from urllib.parse import urlparse
+
+    uri, server = cfg.logging.tracking_uri, cfg.logging.tracking_server
+    scheme = urlparse(uri).scheme.split("+")[0] if uri is not None else None  # postgresql+psycopg2 -> postgresql
+    if scheme is not None and scheme not in TRACKING_SCHEMES:
+        raise ConfigError(
+            f"logging.tracking_uri={uri!r} is not an MLflow store; use sqlite:///<file>, file:<folder>, "
+            "http(s)://<server>, databricks, a database URL (postgresql, mysql, mssql) or a local path"
+        )
+    if server is None:
+        return
+    if urlparse(server).scheme not in SERVER_SCHEMES or not urlparse(server).netloc:
+        raise ConfigError(
+            f"logging.tracking_server={server!r} is not an MLflow server's address; give http(s)://<host>:<port>, or "
+            "null to write to logging.tracking_uri's store directly"
+        )
+    if uri is None or scheme in SERVER_SCHEMES:
+        what = "is not set" if uri is None else f"={uri!r} is a server itself"
+        raise ConfigError(
+            f"logging.tracking_server={server!r} writes to the store logging.tracking_uri names, and "
+            f"logging.tracking_uri {what}; set it to that store (e.g. sqlite:///<file>), or drop "
+            "logging.tracking_server"
+        )
 
 
 def _check_lora(cfg: Config) -> None:

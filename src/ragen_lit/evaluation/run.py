@@ -200,11 +200,11 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     from ragen_lit.preflight import preflight
     from ragen_lit.training.console import quiet_third_party
 
-    quiet_third_party()
     for cfg, _, seeds in plans:
         # fit's checks, with the evaluation's rollout call as its validation (the generation batch's bound)
         played = replace(cfg.validation, num_envs=len(seeds) * options.samples)
         preflight(replace(cfg, validation=played))
+    quiet_third_party()  # after the checks: it imports transformers
 
     import torch
 

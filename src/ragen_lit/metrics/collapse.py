@@ -29,6 +29,7 @@ from ragen_lit.metrics import MIDiagnostics
 from ragen_lit.metrics.cross_scoring import cross_score_scopes
 from ragen_lit.models import kv_heads_and_dim
 from ragen_lit.parallel import collectives as dist_utils
+from ragen_lit.seeds import DIAGNOSTIC_DRAWS, derive_seed
 
 
 def column_groups_of(prompts: list[list[int]]) -> torch.Tensor:
@@ -164,7 +165,7 @@ class CollapseDiagnostics(nn.Module):
         order = sorted(range(len(gathered)), key=lambda i: gathered[i].group)
         candidates = [gathered[i] for i in order]
         # the same draw on every rank
-        rng = random.Random(1_000_003 * iteration)
+        rng = random.Random(derive_seed(iteration, DIAGNOSTIC_DRAWS))
         out = {
             "collapse/valid_reasoning_rate": sum(c.valid_turns for c in candidates)
             / max(sum(c.num_turns for c in candidates), 1),

@@ -83,7 +83,9 @@ def warn_if_untested_transformers() -> bool:
     return message is not None
 
 
-def load_tokenizer(path: str):
+def load_tokenizer(path: str, chat_template: str | None = None):
+    """The tokenizer of `path`, a pad token set (its end-of-sequence token where it has none); `chat_template`, a
+    Jinja text (`config.chat_templates.chat_template_source`), replaces its own chat template."""
     from transformers import AutoTokenizer
 
     warn_if_untested_transformers()
@@ -94,6 +96,8 @@ def load_tokenizer(path: str):
         raise ConfigError(f"model.path={path!r}: cannot load a tokenizer there ({str(err).splitlines()[0]})") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     return tokenizer
 
 

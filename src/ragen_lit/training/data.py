@@ -35,6 +35,7 @@ from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
 from ragen_lit.filtering import dynamic_sampling_keep, filter_stats, select_groups, select_trajectories
 from ragen_lit.parallel import collectives as dist_utils
+from ragen_lit.seeds import MINIBATCH_ORDER, ROLLOUT_SAMPLING, derive_seed
 from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.training.gpu_memory import phase_peak, start_phase
 
@@ -198,7 +199,7 @@ class RolloutDataModule(L.LightningDataModule):
             with measured(timings, "prepare", module.device):
                 batch = collate(kept, module.pad_token_id, turn_level_rewards=cfg.algo.turn_level_rewards)
                 metrics.update(module.prepare_batch(batch, keep_ratio=metrics["filter/kept_ratio"]))
-            generator = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + iteration)
+            generator = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, MINIBATCH_ORDER, iteration))
             plan = plan_minibatches(
                 len(kept),
                 len(sampled),
@@ -233,7 +234,7 @@ class RolloutDataModule(L.LightningDataModule):
         trajectories = []
         for sampling_round in range(rounds):
             seeds, groups = self.train_seeds(iteration, sampling_round)
-            seed = cfg.trainer.seed * 100003 + iteration + ROUND_SEED_STRIDE * sampling_round
+            seed = derive_seed(cfg.trainer.seed, ROLLOUT_SAMPLING, iteration + ROUND_SEED_STRIDE * sampling_round)
             trajectories += self.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=seed)
             if not cfg.algo.dynamic_sampling:
                 return trajectories, trajectories, {}

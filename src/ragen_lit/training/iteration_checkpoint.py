@@ -3,6 +3,10 @@
 The periodic checkpoints are named by the iteration they end, 1-based like the logged steps (`iter-0005.ckpt` after
 iteration 5, Lightning's epoch 4), with no `=` in the name, so that the path passes back unquoted as
 `trainer.resume=...`; `last.ckpt` follows each of them and the end of training.
+
+`trainer.checkpoint_every` counts iterations, as its name says: Lightning's own rule also skips a save when no
+optimizer step happened since the last one, so an iteration whose filter kept nothing (it takes no step, yet its
+metrics, rollout seeds and the empty-filter streak are the run's) would go unsaved and a resume would redo it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ class IterationCheckpoint(ModelCheckpoint):
             save_top_k=-1,
             save_on_train_epoch_end=True,
         )
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """Every `every_n_iterations`-th iteration: its periodic checkpoint, then last.ckpt (module docstring)."""
+        if trainer.sanity_checking or trainer.fast_dev_run or (trainer.current_epoch + 1) % self._every_n_epochs:
+            return
+        candidates = self._monitor_candidates(trainer)
+        self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
 
     @property
     def state_key(self) -> str:

@@ -20,6 +20,7 @@ TensorBoard and CSV write a metric to disk as it is logged, as MLflow does, so a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,13 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger, Wand
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from ragen_lit.config import Config
+from ragen_lit.errors import error_chain
 from ragen_lit.training.tracking import default_run_name
 
 TENSORBOARD_FOLDER = "tensorboard"
 CSV_FOLDER = "csv"
+FOLDERS = {"tensorboard": TENSORBOARD_FOLDER, "csv": CSV_FOLDER, "wandb": "wandb"}
+"""each extra logger's folder in the run folder (W&B's is its own name under the `save_dir` it is given)"""
 
 
 class RunTensorBoardLogger(TensorBoardLogger):
@@ -41,6 +45,7 @@ class RunTensorBoardLogger(TensorBoardLogger):
     def __init__(self, run_dir: Path, resumed: bool):
         super().__init__(run_dir, name="", version=TENSORBOARD_FOLDER, default_hp_metric=False)
         self._purge_from_first_step = resumed
+        _quiet_writer_threads()
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -53,6 +58,33 @@ class RunTensorBoardLogger(TensorBoardLogger):
             self._kwargs["purge_step"] = step
         super().log_metrics(metrics, step)
         self.experiment.flush()
+
+
+def _quiet_writer_threads() -> None:
+    """TensorBoard writes its events from a thread of its own: a write the machine refuses there is printed as that
+    thread's traceback, and raised again in the thread that logs or flushes next (`_AsyncWriter._check_worker_status`),
+    where `fit` reports it in one line (`run_faults`). That thread's own print is dropped; any other thread's error
+    is printed as before. Once per process."""
+    try:
+        from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+    except ImportError:  # tensorboardX writes instead of tensorboard, from a thread of its own
+        return
+
+    printed = threading.excepthook
+    if getattr(printed, "quiet_writer_threads", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not isinstance(args.thread, _AsyncWriterThread):
+            printed(args)
+
+    hook.quiet_writer_threads = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+def folders_in(run_dir: Path) -> dict[str, Path]:
+    """Each extra logger's folder in `run_dir`, by its `logging.loggers` name (`run_faults` names a logger by it)."""
+    return {name: run_dir / folder for name, folder in FOLDERS.items()}
 
 
 def _wandb_logger(cfg: Config, run_dir: Path, run_id: str | None, verbose: bool) -> WandbLogger:
@@ -96,10 +128,12 @@ def log_summary(loggers: Sequence[Logger], summary: Mapping[str, float], config:
             logger.log_metrics(metrics, step=step)
 
 
-def close_extra_loggers(loggers: Sequence[Logger], succeeded: bool) -> None:
+def close_extra_loggers(loggers: Sequence[Logger], succeeded: bool, stopped_by: BaseException | None = None) -> None:
     """Write out and close the extra loggers' files (Lightning closed them after training; the summary opened
     TensorBoard's again) and finish the W&B run, marked failed unless `succeeded`. After a failure a logger that
-    cannot close only warns: the error that stopped the run is the one to report."""
+    cannot close only warns, and not at all when it fails on a file the error that stopped the run (`stopped_by`)
+    could not write: that error is the one to report, and `fit` reports it."""
+    stopped_on = {inner.filename for inner in error_chain(stopped_by) if isinstance(inner, OSError)} - {None}
     for logger in loggers:
         try:
             logger.finalize("success" if succeeded else "failed")
@@ -110,7 +144,8 @@ def close_extra_loggers(loggers: Sequence[Logger], succeeded: bool) -> None:
         except Exception as err:
             if succeeded:
                 raise
-            rank_zero_warn(f"{type(logger).__name__} not closed: {type(err).__name__}: {err}")
+            if not any(isinstance(inner, OSError) and inner.filename in stopped_on for inner in error_chain(err)):
+                rank_zero_warn(f"{type(logger).__name__} not closed: {type(err).__name__}: {err}")
 
 
 def logger_folder(logger: Logger) -> Path | None:

@@ -24,16 +24,15 @@ from collections import defaultdict
 import lightning as L
 import torch
 
-from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.config import Config
 from ragen_lit.logprobs import HostMasks, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
-from ragen_lit.models import compile_layers, layer_units, load_tokenizer, resolve_compile
+from ragen_lit.models import compile_layers, layer_units, resolve_compile
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.parallel.lockstep import lockstep
 from ragen_lit.parallel.sharded import ShardedModels
-from ragen_lit.presets import resolve_model_path
+from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.training import prepare, steps
 from ragen_lit.training.batch import collate, planned_micro_batches, select_rows
 from ragen_lit.training.build_models import build_models, check_trainable_state, frozen_copy, frozen_keys
@@ -48,8 +47,7 @@ class AgentRLModule(L.LightningModule):
         self._logprob_gap = prepare.LogprobGap(cfg.rollout.engine)
         self.automatic_optimization = False
         self.model_path = resolve_model_path(cfg.model)
-        self.tokenizer = load_tokenizer(self.model_path)
-        self.chat = ChatFormat(self.tokenizer)
+        self.tokenizer, self.chat = load_chat(cfg.model, self.model_path)  # model.chat_template applied
         self.pad_token_id = int(self.tokenizer.pad_token_id)
         self.policy, self.critic = build_models(cfg, self.model_path)
         if cfg.model.lora.r > 0:  # checkpoints leave the frozen base weights out; `on_load_checkpoint` checks the rest

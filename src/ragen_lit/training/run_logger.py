@@ -10,7 +10,8 @@ computation is deterministic (CPU, fixed seeds), which `tests/training/test_resu
 
 Lightning closes the run as FINISHED when training ends, before `fit` writes the summary and run.json's `finished`
 record; a fault there would leave a FINISHED run that exits with an error. Here a successful end waits for `close`,
-which `fit` calls once those records are written (a failure is closed at once, as Lightning asks).
+which `fit` calls once those records are written (a failure is closed at once, as Lightning asks); a run that failed
+says why in its tag `STOPPED_TAG`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from collections.abc import Mapping
 
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
+
+STOPPED_TAG = "ragen_lit.stopped"
+"""the MLflow tag that says why a run stopped before its end: the line of the fault or error on a FAILED run
+(`close`), the kill on a KILLED one (`killed_runs`); a resume takes it away (`tracking.make_logger`)"""
 
 
 class RunLogger(MLFlowLogger):
@@ -51,9 +56,15 @@ class RunLogger(MLFlowLogger):
         if status != "success":  # "failed" on an exception, "finished" before a SLURM requeue
             self.close("FAILED" if status == "failed" else "FINISHED")
 
-    def close(self, status: str) -> str | None:
-        """Mark the run `status` (FINISHED or FAILED), once; returns None when the store took it, else why not (the
-        run then reads RUNNING in MLflow)."""
+    def close(self, status: str, why: str | None = None) -> str | None:
+        """Mark the run `status` (FINISHED or FAILED), once, and keep `why` it failed as its `STOPPED_TAG` (Lightning
+        may have marked it FAILED already); returns None when the store took the status, else why not (the run then
+        reads RUNNING in MLflow)."""
+        if why is not None:
+            try:
+                self.experiment.set_tag(self.run_id, STOPPED_TAG, why)
+            except Exception:  # a store that refuses this write refuses the status too, which is said below
+                pass
         if not self._closing:
             from ragen_lit.training.run_faults import database_error
 

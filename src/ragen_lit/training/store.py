@@ -1,8 +1,10 @@
-"""Before a run starts: the output folder can be written and the MLflow store opens.
+"""Before a run starts: the output folder can be written, the MLflow store opens and the server in front of it answers.
 
 Checked ahead of any model load, run folder or MLflow run, so a bad folder or a broken store ends with one line
 naming the path and the fault, and nothing is written. The sqlite file is read with the `sqlite3` module first:
-handed a file that is not a database, MLflow's engine retries with back-off for about two minutes before it fails.
+handed a file that is not a database, MLflow's engine retries with back-off for about two minutes before it fails;
+a `logging.tracking_server` is asked its `/health` once, for the same reason (MLflow's client retries an absent
+server for minutes).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from ragen_lit.config import Config, ConfigError
 from ragen_lit.training.tracking import STORE_NAME, ensure_experiment, tracking_uri
 
 _SQLITE_PREFIX = "sqlite:///"
+SERVER_TIMEOUT_S = 10
+"""how long a tracking server may take to answer its health check"""
 
 
 def check_folder(folder: Path, key: str) -> None:
@@ -67,12 +71,30 @@ def sqlite_store(cfg: Config) -> tuple[Path, str] | None:
     return (Path(path), f"logging.tracking_uri={uri!r}") if path else None
 
 
+def check_server(url: str, key: str) -> None:
+    """The MLflow server at `url` answers its health check (`key`: the setting that names it, for the error)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=SERVER_TIMEOUT_S):
+            return
+    except OSError as err:  # no server there, a refused connection, an HTTP error status, a timeout
+        reason = getattr(err, "reason", None) or err
+    raise ConfigError(
+        f"{key}: the MLflow server does not answer ({reason}); start it, or give logging.tracking_server=null to write "
+        "to logging.tracking_uri's store directly"
+    )
+
+
 def open_store(cfg: Config) -> None:
-    """Check the output folder and the sqlite store, then open the store and create the experiment in it."""
+    """Check the output folder, the sqlite store and the server in front of it, then open the store and create the
+    experiment in it."""
     check_folder(Path(cfg.logging.output_dir).resolve(), f"logging.output_dir={cfg.logging.output_dir!r}")
     store = sqlite_store(cfg)
     if store is not None:
         check_sqlite_store(*store)
+    if cfg.logging.tracking_server:
+        check_server(cfg.logging.tracking_server, f"logging.tracking_server={cfg.logging.tracking_server!r}")
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 

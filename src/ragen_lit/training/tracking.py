@@ -1,7 +1,8 @@
 """Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
 
-`run.json` holds the run's MLflow id, its store, the config it follows, one entry per resume (`resumes`: the
-checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
+`run.json` holds the run's MLflow id, its store (the store itself: never the `logging.tracking_server` the process
+wrote through, which is gone when a sweep's server stopped), the config it follows, one entry per resume (`resumes`:
+the checkpoint, the time and the config keys the resume changed) and, once `fit` has ended, `finished` (the last
 iteration, the `trainer.iterations` it was asked for and the summary). Resume rules:
 - a changed config is refused unless `trainer.resume_allow_changes=true`; then the change is recorded (run.json's
   `resumes`, an MLflow tag `config_change/<key>` per key; MLflow params cannot change and keep the first values).
@@ -32,6 +33,7 @@ RUNTIME_KEYS = (
     "trainer.gpu_memory_fraction",
     "trainer.timeout_minutes",
     "trainer.checkpoint_every",
+    "logging.tracking_server",
     "logging.save_rollouts",
     "logging.loggers",
     "logging.wandb_mode",
@@ -45,12 +47,18 @@ def default_run_name(cfg: Config) -> str:
     return cfg.logging.run_name or f"{cfg.env.name}-{cfg.algo.name}-{filt}"
 
 
-def tracking_uri(cfg: Config) -> str:
+def store_uri(cfg: Config) -> str:
+    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
     if cfg.logging.tracking_uri:
         return cfg.logging.tracking_uri
     store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
     store.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store}"
+
+
+def tracking_uri(cfg: Config) -> str:
+    """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
+    return cfg.logging.tracking_server or store_uri(cfg)
 
 
 def run_folder_pattern(name: str) -> re.Pattern:
@@ -79,7 +87,14 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
         runs = [path for path in root.glob(f"{glob.escape(name)}-*") if pattern.fullmatch(path.name)]
         candidates = sorted((ckpt for ckpt in map(newest_checkpoint, runs) if ckpt is not None), key=recency)
         if not candidates:
-            raise ConfigError(f"trainer.resume=last: no run named {name!r} with a checkpoint under {root}")
+            start = "start afresh with the same command without trainer.resume"
+            if not runs:
+                raise ConfigError(f"trainer.resume=last: no run named {name!r} under {root}; {start}")
+            newest = max(runs, key=lambda run: [int(part) for part in run.name[len(name) + 1 :].split("-")])
+            raise ConfigError(
+                f"trainer.resume=last: no checkpoint in {newest} (the newest run named {name!r}; none of them has "
+                f"written one); {start}"
+            )
         ckpt = candidates[-1]
     else:
         ckpt = Path(resume).expanduser().resolve()
@@ -130,7 +145,7 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
     """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.training.run_logger import RunLogger
+    from ragen_lit.training.run_logger import STOPPED_TAG, RunLogger
 
     if rank_zero_only.rank == 0:
         ensure_experiment(cfg)
@@ -142,8 +157,10 @@ def make_logger(cfg: Config, run_dir: Path, info: dict):
         tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
     if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
-        # a resumed run runs again, whatever its last process left it as
+        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
         logger.experiment.update_run(logger.run_id, status="RUNNING")
+        if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
+            logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
     return logger
 
 
@@ -205,7 +222,7 @@ def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: st
     `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = {k: v for k, v in info.items() if k != "finished"}
-    record.update(mlflow_run_id=logger.run_id, tracking_uri=tracking_uri(cfg), config=_plain(to_dict(cfg)))
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(cfg), config=_plain(to_dict(cfg)))
     if ckpt_path is not None:
         resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
         record["resumes"] = [*info.get("resumes", []), resume]
