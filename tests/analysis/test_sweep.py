@@ -659,6 +659,22 @@ def test_a_sweep_name_stays_inside_its_out_folder(tmp_path, name, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def hold_elsewhere(run: Path) -> subprocess.Popen:
+    """Another process that holds `run` (`run_lock.hold`, as a fit does) until it is killed; it prints "held" once
+    the lock is taken."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.parametrize("checkpoint", [False, True])
 def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_ended(
     tmp_path, monkeypatch, capsys, checkpoint
@@ -672,17 +688,7 @@ def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_e
     (run.parent / "mlruns.db").write_text("the run's store")
     if checkpoint:
         (run / "checkpoints" / "last.ckpt").write_text("weights")
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
-            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_elsewhere(run)
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
     try:
         assert holder.stdout.readline() == "held\n"
@@ -717,17 +723,7 @@ def test_the_mlflow_run_of_a_run_that_a_fit_of_its_own_trains_is_not_deleted_fro
         client.create_run(experiment, tags={"point": point, "seed": "0"}).info.run_id
         for point in ("filter.strategy=none", "filter.strategy=top_p")
     )
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
-            f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold_elsewhere(run)
     args = ["sweep", "--config", CONFIG, "--out", str(tmp_path), "--name", "s", "filter.strategy=none,top_p"]
     try:
         assert holder.stdout.readline() == "held\n"
