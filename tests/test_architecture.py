@@ -27,7 +27,6 @@ BOTTOM = {
     "parallel.collectives",
     "figures",
     "shapes",
-    "provenance",
     "seeds",
 }
 PARALLEL = {
@@ -70,6 +69,8 @@ ALLOWED: dict[str, set[str]] = {
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
     "checkpoints": {"errors", "config", "models", "presets", "checkpoint_files"},
+    # a run's life: its provenance, folder, record, loggers, checkpoints, locks and the checks before it starts
+    "run": set(),
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -95,7 +96,7 @@ ALLOWED: dict[str, set[str]] = {
         "envs",
         "models",
         "presets",
-        "provenance",
+        "run",
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
@@ -126,7 +127,7 @@ ALLOWED: dict[str, set[str]] = {
         "models",
         "presets",
         "preflight",
-        "provenance",
+        "run",
         "warm_start",
         "analysis",
         "training",
@@ -134,7 +135,7 @@ ALLOWED: dict[str, set[str]] = {
     # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
     "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
-    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "provenance", "preflight"}
+    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run", "preflight"}
     | {"run_lock", "killed_runs"},
     "__main__": {"cli"},
     "__init__": {"envs"},

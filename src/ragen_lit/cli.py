@@ -81,7 +81,7 @@ def _fit(
 
     from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.config import flat_dict
-    from ragen_lit.provenance import run_tags
+    from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.console import describe_run, run_device

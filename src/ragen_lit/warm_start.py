@@ -46,7 +46,7 @@ from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
-from ragen_lit.provenance import run_tags
+from ragen_lit.run.provenance import run_tags
 from ragen_lit.typed_fields import check_fields, flag
 from ragen_lit.warm_start_options import WarmStartOptions
 
@@ -212,7 +212,7 @@ def _validate(
 
 def code_and_weights(source: str) -> dict:
     """The record's code and weights: the commit (None outside a git checkout), whether it had uncommitted changes,
-    and the sha256 of the weights the warm start began from (`provenance.run_tags`)."""
+    and the sha256 of the weights the warm start began from (`run.provenance.run_tags`)."""
     tags = run_tags(source)
     return {
         "commit": tags.get("ragen_lit.commit"),

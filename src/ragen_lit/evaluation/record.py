@@ -111,7 +111,7 @@ def log_evaluation(
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from ragen_lit.provenance import commit_tags
+    from ragen_lit.run.provenance import commit_tags
     from ragen_lit.training.tracking import ensure_experiment, tracking_uri
 
     client = MlflowClient(tracking_uri=uri)
@@ -181,7 +181,7 @@ def log_evaluations(
 def report_record(model: str, evaluated: EvaluatedPolicy, results: list[EnvEvaluation]) -> dict:
     """The JSON report: what was evaluated, where and when, each environment's result; `mlflow` (the runs that log
     it) empty until they are logged."""
-    from ragen_lit.provenance import source_commit
+    from ragen_lit.run.provenance import source_commit
 
     commit = source_commit()
     return {
