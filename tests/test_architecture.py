@@ -56,10 +56,8 @@ ALLOWED: dict[str, set[str]] = {
     "bounds": {"errors"},
     "overrides": {"errors"},
     "checkpoint_files": set(),
-    "folder_lock": set(),
-    "run_lock": {"errors", "folder_lock"},
     # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
-    "killed_runs": {"checkpoint_files", "config", "errors", "run_lock", "training"},
+    "killed_runs": {"checkpoint_files", "config", "errors", "run", "training"},
     "machine_bounds": {"errors", "presets"},
     "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
@@ -70,7 +68,7 @@ ALLOWED: dict[str, set[str]] = {
     "parallel": set(),
     "checkpoints": {"errors", "config", "models", "presets", "checkpoint_files"},
     # a run's life: its provenance, folder, record, loggers, checkpoints, locks and the checks before it starts
-    "run": set(),
+    "run": {"errors"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -100,7 +98,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
-    # preflight: a sweep runs fit's checks on every planned run before any starts; folder_lock, run_lock: the sweep
+    # preflight: a sweep runs fit's checks on every planned run before any starts; run: the sweep
     # folder's lock, and a run folder that a fit holds is left alone
     "analysis": {
         "errors",
@@ -111,8 +109,7 @@ ALLOWED: dict[str, set[str]] = {
         "checkpoint_files",
         "training",
         "preflight",
-        "folder_lock",
-        "run_lock",
+        "run",
     },
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
     # Wilson interval and the role tag `compare` reads; machine_bounds: the host bound of episodes x samples
@@ -136,7 +133,7 @@ ALLOWED: dict[str, set[str]] = {
     "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
     | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run", "preflight"}
-    | {"run_lock", "killed_runs"},
+    | {"killed_runs"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

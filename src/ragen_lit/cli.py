@@ -32,13 +32,13 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.killed_runs import mark_killed
-    from ragen_lit.run_lock import hold, resolve_held
+    from ragen_lit.run.lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
     from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
     quiet_third_party(verbose)
     rank_zero = rank_zero_only.rank == 0
-    with contextlib.ExitStack() as held:  # the run folder's lock (`run_lock`) and this process's settings, undone
+    with contextlib.ExitStack() as held:  # the run folder's lock (`run.lock`) and this process's settings, undone
         # one process trains a run folder: a resumed run's is held from here, a new run's once made (below); the
         # other ranks train rank zero's
         resolve = functools.partial(resolve_run_dir, cfg)

@@ -3,7 +3,7 @@
 A `fit` killed from outside (SIGKILL, the out-of-memory killer, a lost machine) cannot close its MLflow run, which then
 reads RUNNING for good: the MLflow UI and `compare` would take it for a run still training. Before it resolves its own
 run folder, `fit` looks at the runs of its name in its output folder: a run whose folder no process holds
-(`run_lock`), whose run.json has no `finished` record and whose MLflow run, in the store this `fit` logs to, reads
+(`run.lock`), whose run.json has no `finished` record and whose MLflow run, in the store this `fit` logs to, reads
 RUNNING was killed. It is marked KILLED (MLflow's status for a run stopped from outside) with the tag
 `run_logger.STOPPED_TAG` saying when it was found and which checkpoint, if any, it left; its folder is left as it is,
 and `trainer.resume=last` continues it if it has a checkpoint (a resume marks it RUNNING again). A store that cannot
@@ -23,7 +23,7 @@ from pathlib import Path
 from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config
 from ragen_lit.errors import ConfigError
-from ragen_lit.run_lock import in_use
+from ragen_lit.run.lock import in_use
 from ragen_lit.training.run_logger import STOPPED_TAG
 from ragen_lit.training.store import check_server, check_sqlite_store, sqlite_store
 from ragen_lit.training.tracking import default_run_name, run_folder_pattern, store_uri, tracking_uri

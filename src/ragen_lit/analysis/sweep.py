@@ -30,7 +30,7 @@ A sweep folder is locked while a sweep works in it (`sweep_lock`): a second swee
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
 (`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
-rest afresh. A run that a `fit` of its own still trains (`run_lock`) is not touched: it is reported failed, naming
+rest afresh. A run that a `fit` of its own still trains (`run.lock`) is not touched: it is reported failed, naming
 that process, and the same command again takes it up once that process ended. A sweep's runs end with it, however it
 ends (`sweep_run`).
 """
@@ -417,7 +417,7 @@ def _run_locked(
     points = len({spec.point for spec in specs})
     print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
     if shared and served:
-        # the runs that start afresh, not one a `fit` of its own trains (`run_lock`): that fit still writes its run
+        # the runs that start afresh, not one a `fit` of its own trains (`run.lock`): that fit still writes its run
         fresh = [
             (spec.point, str(spec.seed))
             for spec in served
