@@ -38,8 +38,8 @@ PARALLEL = {
     "parallel.strategy",
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
-BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "checkpoints"}
-BELOW_TRAINING |= {"checkpoint_files", "bounds", "overrides"}
+BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "run"}
+BELOW_TRAINING |= {"bounds", "overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -55,9 +55,8 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"choices", "errors", "typed_fields", "envs", "bounds", "overrides"},
     "bounds": {"errors"},
     "overrides": {"errors"},
-    "checkpoint_files": set(),
     # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
-    "killed_runs": {"checkpoint_files", "config", "errors", "run", "training"},
+    "killed_runs": {"config", "errors", "run", "training"},
     "machine_bounds": {"errors", "presets"},
     "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
@@ -66,9 +65,9 @@ ALLOWED: dict[str, set[str]] = {
     "parallel.sharded": {"parallel.fsdp", "parallel.collectives"},
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
-    "checkpoints": {"errors", "config", "models", "presets", "checkpoint_files"},
     # a run's life: its provenance, folder, record, loggers, checkpoints, locks and the checks before it starts
-    "run": {"errors"},
+    # models, presets: the policy in a checkpoint is rebuilt on the base model the run started from
+    "run": {"errors", "config", "models", "presets"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -77,7 +76,7 @@ ALLOWED: dict[str, set[str]] = {
         "metrics",
         "models",
         "presets",
-        "checkpoints",
+        "run",
         "logprobs",
         "parallel.collectives",
     },
@@ -106,7 +105,6 @@ ALLOWED: dict[str, set[str]] = {
         "config",
         "metrics",
         "overrides",
-        "checkpoint_files",
         "training",
         "preflight",
         "run",
@@ -118,8 +116,6 @@ ALLOWED: dict[str, set[str]] = {
         "typed_fields",
         "config",
         "agent",
-        "checkpoints",
-        "checkpoint_files",
         "machine_bounds",
         "models",
         "presets",

@@ -79,8 +79,8 @@ def _fit(
     import lightning as L
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.config import flat_dict
+    from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
@@ -238,7 +238,7 @@ def _evaluate_command(args) -> int:
 
 
 def _export_command(args) -> int:
-    from ragen_lit.checkpoints import export_run
+    from ragen_lit.run.trained_policy import export_run
 
     out = export_run(args.run, args.out)
     print(f"exported the trained policy to {out} (load it with model.path={out} or from_pretrained)")

@@ -20,9 +20,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.config import Config
 from ragen_lit.errors import ConfigError
+from ragen_lit.run.checkpoints import newest_checkpoint
 from ragen_lit.run.lock import in_use
 from ragen_lit.training.run_logger import STOPPED_TAG
 from ragen_lit.training.store import check_server, check_sqlite_store, sqlite_store

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from ragen_lit.analysis.sweep_lock import LOCK_NAME as SWEEP_LOCK
 from ragen_lit.analysis.sweep_store import store_uri
-from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import ConfigError
+from ragen_lit.run.checkpoints import newest_checkpoint
 from ragen_lit.run.lock import holder, in_use
 
 DONE_MARKER = "sweep_done"

@@ -1,4 +1,4 @@
-"""`IterationCheckpoint`: Lightning's `ModelCheckpoint` with the project's file names (`checkpoint_files`).
+"""`IterationCheckpoint`: Lightning's `ModelCheckpoint` with the project's file names (`run.checkpoints`).
 
 The periodic checkpoints are named by the iteration they end, 1-based like the logged steps (`iter-0005.ckpt` after
 iteration 5, Lightning's epoch 4), with no `=` in the name, so that the path passes back unquoted as
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from ragen_lit.checkpoint_files import PERIODIC_NAME
+from ragen_lit.run.checkpoints import PERIODIC_NAME
 
 
 class IterationCheckpoint(ModelCheckpoint):

@@ -16,8 +16,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import RunError, error_chain
+from ragen_lit.run.checkpoints import newest_checkpoint
 
 
 def machine_fault(err: BaseException, store: str, logger_folders: dict[str, Path]) -> str | None:

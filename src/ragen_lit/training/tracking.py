@@ -20,8 +20,8 @@ import re
 import time
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import is_sharded_checkpoint, newest_checkpoint, recency
 from ragen_lit.config import Config, ConfigError, to_dict
+from ragen_lit.run.checkpoints import is_sharded_checkpoint, newest_checkpoint, recency
 
 STORE_NAME = "mlruns.db"
 """The default MLflow store: an sqlite file in `logging.output_dir`."""
@@ -69,7 +69,7 @@ def run_folder_pattern(name: str) -> re.Pattern:
 def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     """(run directory, checkpoint to resume from, saved run info). A new run gets a fresh timestamped
     folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks the newest complete
-    checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt` or a newer periodic one) of the runs of the same
+    checkpoint (`run.checkpoints.newest_checkpoint`: `last.ckpt` or a newer periodic one) of the runs of the same
     name, a path resumes that checkpoint in its own run folder.
     Under `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint *folder* (`last.ckpt/`)."""
     root = Path(cfg.logging.output_dir).resolve()

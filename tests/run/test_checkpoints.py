@@ -1,4 +1,4 @@
-"""Which checkpoint stands for a run folder (`checkpoint_files`) and which run `trainer.resume=last` continues: the
+"""Which checkpoint stands for a run folder (`run.checkpoints`) and which run `trainer.resume=last` continues: the
 newest complete checkpoint, whichever kind, with the names written before the `=`-free ones still read."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lit.checkpoint_files import complete_checkpoints, newest_checkpoint
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
+from ragen_lit.run.checkpoints import complete_checkpoints, newest_checkpoint
 from ragen_lit.training.tracking import resolve_run_dir
 
 NAME = "frozenlake-grpo-top_p0.9"
