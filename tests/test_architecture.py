@@ -133,7 +133,7 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "__init__": {"envs"},
 }
-LIGHTNING_ROOMS = {"training", "parallel.strategy", "parallel.sharded", "cli"}
+LIGHTNING_ROOMS = {"training", "run", "parallel.strategy", "parallel.sharded", "cli"}
 # The longest a source file may grow, in lines: a module does one job that a reader takes in at one sitting. The
 # LightningModule only wires the training functions together, so it stays shorter still.
 MAX_LINES = 450

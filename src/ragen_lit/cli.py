@@ -80,13 +80,13 @@ def _fit(
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.config import flat_dict
+    from ragen_lit.run.checkpoint_writer import IterationCheckpoint
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
-    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
     from ragen_lit.training.loggers import (
         close_extra_loggers,
         folders_in,
@@ -163,7 +163,7 @@ def _trainer(cfg: Config, run_dir: Path, loggers: list, callbacks: list):
     import lightning as L
 
     from ragen_lit.parallel.strategy import choose_strategy
-    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
+    from ragen_lit.run.checkpoint_writer import StrictCheckpointIO
 
     return L.Trainer(
         max_epochs=cfg.trainer.iterations,

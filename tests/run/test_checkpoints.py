@@ -68,7 +68,7 @@ def test_the_checkpoint_callback_names_its_files_without_and_keeps_the_key_of_it
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
+    from ragen_lit.run.checkpoint_writer import IterationCheckpoint
 
     callback = IterationCheckpoint(tmp_path, every_n_iterations=5)
     assert Path(callback.format_checkpoint_name({"epoch": torch.tensor(4), "step": torch.tensor(9)})).name == (
