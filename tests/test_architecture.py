@@ -39,7 +39,7 @@ PARALLEL = {
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
 BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "run"}
-BELOW_TRAINING |= {"bounds", "overrides"}
+BELOW_TRAINING |= {"overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "typed_fields": {"errors"},
@@ -52,13 +52,11 @@ ALLOWED: dict[str, set[str]] = {
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes", "seeds"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"choices", "errors", "typed_fields", "envs", "bounds", "overrides"},
-    "bounds": {"errors"},
+    "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
     "overrides": {"errors"},
     # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
     "killed_runs": {"config", "errors", "run", "training"},
-    "machine_bounds": {"errors", "presets"},
-    "preflight": {"config", "errors", "machine_bounds", "bounds", "envs", "engines"},
+    "preflight": {"config", "errors", "run", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
@@ -110,13 +108,12 @@ ALLOWED: dict[str, set[str]] = {
         "run",
     },
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
-    # Wilson interval and the role tag `compare` reads; machine_bounds: the host bound of episodes x samples
+    # Wilson interval and the role tag `compare` reads; run: the host bound of episodes x samples
     "evaluation": {
         "errors",
         "typed_fields",
         "config",
         "agent",
-        "machine_bounds",
         "models",
         "presets",
         "preflight",

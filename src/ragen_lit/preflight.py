@@ -13,11 +13,11 @@ from ragen_lit.errors import ConfigError
 def preflight(cfg: Config) -> None:
     """The checks that need this machine (installed packages, devices, memory, files) and the model's shape, run
     before any folder, MLflow store or model is made, so a mistake ends with one line and writes nothing. Those that
-    import nothing heavy come first, and torch is imported only to ask a GPU (`machine_bounds.cuda_devices`): a
+    import nothing heavy come first, and torch is imported only to ask a GPU (`run.bounds.cuda_devices`): a
     mistake of the config is refused in well under a second."""
     import importlib.util
 
-    from ragen_lit.machine_bounds import check_machine
+    from ragen_lit.run.bounds import check_machine
 
     if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         from ragen_lit.engines.vllm import VLLM_EXTRA_MESSAGE
@@ -87,8 +87,8 @@ def _looks_local(path: str) -> bool:
 def check_env(cfg: Config) -> None:
     """Build one env up front so a bad `env.*` value, or one that makes observations no context holds, fails before
     any model is built."""
-    from ragen_lit.bounds import check_observations
     from ragen_lit.envs import make_env
+    from ragen_lit.run.bounds import check_observations
 
     try:
         env = make_env(cfg.env.name, **cfg.env.options)

@@ -3,7 +3,6 @@ fails."""
 
 from __future__ import annotations
 
-from ragen_lit.bounds import check_config as check_bounds
 from ragen_lit.choices import filter_value_error, uses_critic
 from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.config.sections import SECTIONS, Config
@@ -83,6 +82,29 @@ def validate(cfg: Config) -> Config:
         )
     check_bounds(cfg)
     return cfg
+
+
+def check_bounds(cfg: Config) -> None:
+    """The bounds a config keeps beyond each field's own range that need no machine (those of this machine, the model
+    and an env's observations are `run.bounds`'): a turn's answer inside the context, and a run folder inside
+    `logging.output_dir`; raises ConfigError."""
+    r = cfg.rollout
+    if r.max_new_tokens >= r.max_context_tokens:
+        raise ConfigError(
+            f"rollout.max_new_tokens={r.max_new_tokens} must be below rollout.max_context_tokens="
+            f"{r.max_context_tokens}: a turn's answer and the conversation before it share the context"
+        )
+    output_dir = cfg.logging.output_dir
+    if not output_dir.strip():
+        raise ConfigError(
+            f"logging.output_dir={output_dir!r} is empty; name the folder runs are written under (default: runs)"
+        )
+    name = cfg.logging.run_name
+    if name is not None and (name.strip() in (".", "..") or any(c in name for c in "/\\\0")):
+        raise ConfigError(
+            f"logging.run_name={name!r} must be a plain name (no '/' or '\\', not '.' or '..'): it names the run's "
+            "folder inside logging.output_dir"
+        )
 
 
 def _check_tracking(cfg: Config) -> None:

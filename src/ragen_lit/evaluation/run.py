@@ -15,7 +15,7 @@ report holds every number and each seed's successes.
 
 A mistake ends in one line before any model loads or anything is written: the options, a `--model` file that is no
 checkpoint or `model` overrides of a run's own model, the report's path and the MLflow stores, the episodes x
-samples this machine's memory holds (`machine_bounds`' bound of `fit`'s episodes), then `fit`'s preflight.
+samples this machine's memory holds (`run.bounds`' bound of `fit`'s episodes), then `fit`'s preflight.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def read_seed_file(path: str, most: int | None = None) -> list[int]:
 def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int]:
     """The seeds this config's episodes are played on (module docstring), no more than this machine holds at
     `--samples` each (`check_played`)."""
-    from ragen_lit.machine_bounds import available_memory, host_episodes
+    from ragen_lit.run.bounds import available_memory, host_episodes
 
     memory = available_memory()
     if options.episodes_file is not None:
@@ -106,10 +106,10 @@ def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int
 
 def check_played(cfg: Config, count: int, samples: int, memory: int, named: str, cut: bool = False) -> None:
     """`count` episodes x `samples` are played in one rollout call, held on the host as an iteration of `fit` is:
-    refused past the bound `fit` keeps (`machine_bounds.host_episodes`, with `memory` bytes available) in one line
+    refused past the bound `fit` keeps (`run.bounds.host_episodes`, with `memory` bytes available) in one line
     naming the option and its largest value. `named`: the option that gave the episodes, with its value; `cut`: a
     seed file read only in part (it holds more than `count`)."""
-    from ragen_lit.machine_bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
+    from ragen_lit.run.bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
 
     fit = host_episodes(cfg, memory)
     if count * samples <= fit:

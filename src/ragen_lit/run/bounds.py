@@ -1,5 +1,6 @@
-"""The bounds of this machine and of the model, checked by `fit` and `warm-start` before any folder, store or model
-is made, so that a size this machine cannot hold is refused in one line naming the key and what is allowed:
+"""The bounds of this machine, of the model and of the environment, checked by `fit`, `warm-start` and `evaluate`
+before any folder, store or model is made (`run.preflight`), so that a size this machine cannot hold is refused in one
+line naming the key and what is allowed:
 
 - threads and devices: no more than this machine has;
 - the episodes of one iteration (`rollout.groups` x `rollout.group_size` rollouts, times `algo.max_sampling_rounds`
@@ -10,10 +11,14 @@ is made, so that a size this machine cannot hold is refused in one line naming t
   the context fits the model's window (`max_position_embeddings`), a generation batch's key/value cache
   (min(`rollout.max_batch_size`, rollouts) sequences of up to the context, at the engine's dtype) and a cross-scorer
   forward (`diagnostics.max_tokens_per_forward` tokens) fit in the device's memory (the GPU's, capped at
-  `trainer.gpu_memory_fraction`; on a CPU the host's available memory), and a LoRA rank is at most the model's width.
+  `trainer.gpu_memory_fraction`; on a CPU the host's available memory), and a LoRA rank is at most the model's width;
+- an env built from `cfg.env` (`check_observations`): its longest observation (its observation space's `max_length`,
+  set by options such as a map's size) fits in the context at `CHARS_PER_TOKEN`.
 
 The memory bounds are the worst case the config allows (every episode filling its context), so a run that passes
-cannot run out of memory for these reasons, whatever its episodes do.
+cannot run out of memory for these reasons, whatever its episodes do. The bounds that need no machine (a turn's
+answer inside the context, a run folder inside `logging.output_dir`) are the config's own cross-field rules
+(`config.checks.check_bounds`): `config`, `sweep` and `fit` refuse them alike.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ HOST_BYTES_PER_TOKEN = 64
 the batch's tensors built from them (ids, masks, old and reference log-probs, advantages, returns and values)"""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
+CHARS_PER_TOKEN = 16
+"""the most characters a token of the context is taken to cover on average (English text averages about 4, the
+tiny model's tokenizer on env text less): an observation longer than the context times this cannot fit in it"""
 
 
 @dataclass(frozen=True)
@@ -282,4 +290,16 @@ def _check_device_batches(cfg, shape: ModelShape, memory: float, where: str, on_
             f"diagnostics.max_tokens_per_forward={scorer} tokens hold {_gib(scorer * per_token)} of keys and "
             f"values ({dtype}) in one cross-scorer forward and this machine has {_gib(memory)} {where}; use "
             f"at most {int(memory // per_token)} (or 0 for auto)"
+        )
+
+
+def check_observations(cfg, env) -> None:
+    """`env`, built from `cfg.env`, shows observations that fit in the context; raises ConfigError."""
+    longest, context = env.observation_space.max_length, cfg.rollout.max_context_tokens
+    if longest > context * CHARS_PER_TOKEN:
+        options = ", ".join(f"env.options.{key}={value!r}" for key, value in cfg.env.options.items()) or "its options"
+        raise ConfigError(
+            f"{options}: env.name={cfg.env.name} then shows observations of up to {longest:,} characters, more than "
+            f"rollout.max_context_tokens={context} tokens hold (at {CHARS_PER_TOKEN} characters a token at most); "
+            "make the env smaller or the context longer"
         )
