@@ -56,7 +56,6 @@ ALLOWED: dict[str, set[str]] = {
     "overrides": {"errors"},
     # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
     "killed_runs": {"config", "errors", "run", "training"},
-    "preflight": {"config", "errors", "run", "envs", "engines"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
@@ -64,8 +63,9 @@ ALLOWED: dict[str, set[str]] = {
     "parallel.strategy": {"parallel.collectives", "parallel.fsdp", "config"},
     "parallel": set(),
     # a run's life: its provenance, folder, record, loggers, checkpoints, locks and the checks before it starts
-    # models, presets: the policy in a checkpoint is rebuilt on the base model the run started from
-    "run": {"errors", "config", "models", "presets"},
+    # models, presets: the policy in a checkpoint is rebuilt on the base model the run started from, and the
+    # preflight bounds read the model's shape; envs, engines: the preflight builds one env and names the vLLM extra
+    "run": {"errors", "config", "models", "presets", "envs", "engines"},
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
@@ -95,8 +95,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
     # not its Lightning side
-    # preflight: a sweep runs fit's checks on every planned run before any starts; run: the sweep
-    # folder's lock, and a run folder that a fit holds is left alone
+    # run: a sweep runs fit's checks (preflight) on every planned run before any starts, locks the sweep folder and
+    # leaves alone a run folder that a fit holds
     "analysis": {
         "errors",
         "figures",
@@ -104,7 +104,6 @@ ALLOWED: dict[str, set[str]] = {
         "metrics",
         "overrides",
         "training",
-        "preflight",
         "run",
     },
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
@@ -116,7 +115,6 @@ ALLOWED: dict[str, set[str]] = {
         "agent",
         "models",
         "presets",
-        "preflight",
         "run",
         "warm_start",
         "analysis",
@@ -125,7 +123,7 @@ ALLOWED: dict[str, set[str]] = {
     # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
     "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
-    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run", "preflight"}
+    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run"}
     | {"killed_runs"},
     "__main__": {"cli"},
     "__init__": {"envs"},

@@ -299,7 +299,7 @@ def test_a_malformed_wandb_key_is_one_line_before_any_work(tmp_path, monkeypatch
 def test_wandb_online_with_a_key_passes_the_check(tmp_path, monkeypatch):
     """A configured key is enough: the check does not ask the server (no network here)."""
     from ragen_lit.config import load_config
-    from ragen_lit.preflight import check_wandb_login
+    from ragen_lit.run.preflight import check_wandb_login
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))

@@ -11,7 +11,7 @@ import pytest
 
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
-from ragen_lit.preflight import check_env
+from ragen_lit.run.preflight import check_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "conf" / "paper"

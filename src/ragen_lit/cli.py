@@ -24,7 +24,7 @@ _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 
 def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     """Train; returns the end-of-run summary. `verbose` keeps third-party INFO lines, tips and warnings."""
-    from ragen_lit.preflight import preflight
+    from ragen_lit.run.preflight import preflight
 
     started = time.perf_counter()
     preflight(cfg)  # first: a mistake is refused before torch, Lightning or transformers are imported
@@ -196,7 +196,7 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
-    from ragen_lit.preflight import check_env, check_logger_packages
+    from ragen_lit.run.preflight import check_env, check_logger_packages
 
     # the same checks as `fit`: a printed config is one that `fit` accepts
     check_logger_packages(cfg)
@@ -246,7 +246,7 @@ def _export_command(args) -> int:
 
 
 def _warm_start_command(args) -> int:
-    from ragen_lit.preflight import preflight
+    from ragen_lit.run.preflight import preflight
     from ragen_lit.warm_start_options import WarmStartOptions
 
     cfg = load_config(args.config, list(args.overrides))

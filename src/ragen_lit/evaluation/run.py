@@ -197,7 +197,7 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     for store in dict.fromkeys(stores):
         check_store(store)
     plans = [(cfg, where, episode_seeds(cfg, options, where)) for cfg, where in loaded]
-    from ragen_lit.preflight import preflight
+    from ragen_lit.run.preflight import preflight
     from ragen_lit.training.console import quiet_third_party
 
     for cfg, _, seeds in plans:
