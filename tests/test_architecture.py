@@ -54,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
     "overrides": {"errors"},
-    # training: the run folders' names and the store (`tracking`, `store`) and the tag saying why a run stopped
+    # training: the run folders' names (`tracking`) and the tag saying why a run stopped
     "killed_runs": {"config", "errors", "run", "training"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
@@ -93,8 +93,7 @@ ALLOWED: dict[str, set[str]] = {
         "presets",
         "run",
     },
-    # metrics: `compare --collapse` replays the collapse alarm on logged streams; training: its store checks (sqlite),
-    # not its Lightning side
+    # metrics: `compare --collapse` replays the collapse alarm on logged streams
     # run: a sweep runs fit's checks (preflight) on every planned run before any starts, locks the sweep folder and
     # leaves alone a run folder that a fit holds
     "analysis": {
@@ -103,11 +102,11 @@ ALLOWED: dict[str, set[str]] = {
         "config",
         "metrics",
         "overrides",
-        "training",
         "run",
     },
-    # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`) and its store; analysis: the
-    # Wilson interval and the role tag `compare` reads; run: the host bound of episodes x samples
+    # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`); analysis: the Wilson interval
+    # and the role tag `compare` reads; run: the checks before a run (the host bound of episodes x samples among
+    # them), the checkpoints, the store and the provenance
     "evaluation": {
         "errors",
         "typed_fields",

@@ -55,7 +55,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
             print(finished_message(run_dir, finished))
             return finished["summary"]
         if rank_zero:  # the other ranks start after rank zero opened it
-            from ragen_lit.training.store import open_store
+            from ragen_lit.run.store import open_store
 
             open_store(cfg)  # last: a run refused above leaves no store behind
         if cfg.trainer.threads:

@@ -49,7 +49,7 @@ def report_path(out: str | None, run_json: Path | None, cfg: Config) -> tuple[Pa
 def check_report_path(path: Path, key: str) -> None:
     """The report `path` can be written (`key`: the setting that names it): not a folder, not under a file, in a
     folder that exists or can be made and takes a new file. Writes nothing."""
-    from ragen_lit.training.store import check_folder
+    from ragen_lit.run.store import check_folder
 
     if path.is_dir():
         raise ConfigError(f"{key}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
@@ -62,7 +62,7 @@ def check_report_path(path: Path, key: str) -> None:
 def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
     """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any.
     Makes no folder: the default store's is made when the evaluation is logged."""
-    from ragen_lit.training.tracking import STORE_NAME
+    from ragen_lit.run.store import STORE_NAME
 
     explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
     if run_json is not None and not explicit:
@@ -76,7 +76,7 @@ def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
 def check_store(uri: str) -> None:
     """An sqlite store `uri` can be written and, where it exists, reads as a database (`fit`'s check of its store);
     other stores are left to MLflow. Writes nothing."""
-    from ragen_lit.training.store import check_sqlite_store
+    from ragen_lit.run.store import check_sqlite_store
 
     prefix = "sqlite:///"
     if uri.startswith(prefix):
@@ -112,7 +112,7 @@ def log_evaluation(
     from mlflow.tracking import MlflowClient
 
     from ragen_lit.run.provenance import commit_tags
-    from ragen_lit.training.tracking import ensure_experiment, tracking_uri
+    from ragen_lit.run.store import ensure_experiment, tracking_uri
 
     client = MlflowClient(tracking_uri=uri)
     source_id, source_tags, source_name, experiment_id = _source_run(client, run_json)

@@ -1,4 +1,5 @@
-"""Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
+"""Run directories, the run's MLflow logger (its store is `run.store`'s), the run's record (`run.json`) and the
+end-of-run summary.
 
 `run.json` holds the run's MLflow id, its store (the store itself: never the `logging.tracking_server` the process
 wrote through, which is gone when a sweep's server stopped), the config it follows, one entry per resume (`resumes`:
@@ -22,9 +23,8 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, to_dict
 from ragen_lit.run.checkpoints import is_sharded_checkpoint, newest_checkpoint, recency
+from ragen_lit.run.store import ensure_experiment, store_uri, tracking_uri
 
-STORE_NAME = "mlruns.db"
-"""The default MLflow store: an sqlite file in `logging.output_dir`."""
 # how this process runs and what it keeps on disk, not what the run computes: never compared on resume
 RUNTIME_KEYS = (
     "trainer.resume",
@@ -45,20 +45,6 @@ EXTENDING_KEYS = ("trainer.iterations",)
 def default_run_name(cfg: Config) -> str:
     filt = "nofilter" if cfg.filter.strategy == "none" else f"{cfg.filter.strategy}{cfg.filter.value:g}"
     return cfg.logging.run_name or f"{cfg.env.name}-{cfg.algo.name}-{filt}"
-
-
-def store_uri(cfg: Config) -> str:
-    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
-    if cfg.logging.tracking_uri:
-        return cfg.logging.tracking_uri
-    store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
-    store.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store}"
-
-
-def tracking_uri(cfg: Config) -> str:
-    """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
-    return cfg.logging.tracking_server or store_uri(cfg)
 
 
 def run_folder_pattern(name: str) -> re.Pattern:
@@ -110,35 +96,6 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return run_dir, str(ckpt), info
-
-
-def artifact_location(cfg: Config) -> str | None:
-    """Where the experiment keeps its artifacts: `<output_dir>/artifacts` for the default sqlite store, so a
-    run writes nothing outside `logging.output_dir` (MLflow's default is `./mlruns` of the current directory);
-    None, i.e. MLflow's own default, under a user-given tracking URI."""
-    if cfg.logging.tracking_uri:
-        return None
-    return (Path(cfg.logging.output_dir).resolve() / "artifacts").as_uri()
-
-
-def ensure_experiment(cfg: Config) -> None:
-    """Create the experiment with `artifact_location` unless it exists (an existing one keeps its location:
-    MLflow cannot move it). Rank zero only: the other ranks start after it and must not race it."""
-    location = artifact_location(cfg)
-    if location is None:
-        return
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri(cfg))
-    if client.get_experiment_by_name(cfg.logging.experiment) is not None:
-        return
-    try:
-        client.create_experiment(cfg.logging.experiment, artifact_location=location)
-    except MlflowException:
-        # another run on the same store created it in between; any other failure still surfaces
-        if client.get_experiment_by_name(cfg.logging.experiment) is None:
-            raise
 
 
 def make_logger(cfg: Config, run_dir: Path, info: dict):

@@ -1,10 +1,15 @@
-"""Before a run starts: the output folder can be written, the MLflow store opens and the server in front of it answers.
+"""A run's MLflow store: where it is, the checks before a run starts, and opening it with the run's experiment.
 
-Checked ahead of any model load, run folder or MLflow run, so a bad folder or a broken store ends with one line
-naming the path and the fault, and nothing is written. The sqlite file is read with the `sqlite3` module first:
-handed a file that is not a database, MLflow's engine retries with back-off for about two minutes before it fails;
-a `logging.tracking_server` is asked its `/health` once, for the same reason (MLflow's client retries an absent
-server for minutes).
+The store is `logging.tracking_uri`, or the sqlite file `STORE_NAME` in `logging.output_dir` (`store_uri`: what a
+run's record names); a process writes it through `logging.tracking_server` where one is given (`tracking_uri`). The
+default store keeps its artifacts under `logging.output_dir` too (`artifact_location`).
+
+Before a run starts, the output folder can be written, the MLflow store opens and the server in front of it answers
+(`open_store`). Checked ahead of any model load, run folder or MLflow run, so a bad folder or a broken store ends with
+one line naming the path and the fault, and nothing is written. The sqlite file is read with the `sqlite3` module
+first: handed a file that is not a database, MLflow's engine retries with back-off for about two minutes before it
+fails; a `logging.tracking_server` is asked its `/health` once, for the same reason (MLflow's client retries an
+absent server for minutes).
 """
 
 from __future__ import annotations
@@ -16,11 +21,55 @@ import tempfile
 from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError
-from ragen_lit.training.tracking import STORE_NAME, ensure_experiment, tracking_uri
 
+STORE_NAME = "mlruns.db"
+"""The default MLflow store: an sqlite file in `logging.output_dir`."""
 _SQLITE_PREFIX = "sqlite:///"
 SERVER_TIMEOUT_S = 10
 """how long a tracking server may take to answer its health check"""
+
+
+def store_uri(cfg: Config) -> str:
+    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
+    if cfg.logging.tracking_uri:
+        return cfg.logging.tracking_uri
+    store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
+    store.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store}"
+
+
+def tracking_uri(cfg: Config) -> str:
+    """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
+    return cfg.logging.tracking_server or store_uri(cfg)
+
+
+def artifact_location(cfg: Config) -> str | None:
+    """Where the experiment keeps its artifacts: `<output_dir>/artifacts` for the default sqlite store, so a
+    run writes nothing outside `logging.output_dir` (MLflow's default is `./mlruns` of the current directory);
+    None, i.e. MLflow's own default, under a user-given tracking URI."""
+    if cfg.logging.tracking_uri:
+        return None
+    return (Path(cfg.logging.output_dir).resolve() / "artifacts").as_uri()
+
+
+def ensure_experiment(cfg: Config) -> None:
+    """Create the experiment with `artifact_location` unless it exists (an existing one keeps its location:
+    MLflow cannot move it). Rank zero only: the other ranks start after it and must not race it."""
+    location = artifact_location(cfg)
+    if location is None:
+        return
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri(cfg))
+    if client.get_experiment_by_name(cfg.logging.experiment) is not None:
+        return
+    try:
+        client.create_experiment(cfg.logging.experiment, artifact_location=location)
+    except MlflowException:
+        # another run on the same store created it in between; any other failure still surfaces
+        if client.get_experiment_by_name(cfg.logging.experiment) is None:
+            raise
 
 
 def check_folder(folder: Path, key: str) -> None:
