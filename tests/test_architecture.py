@@ -54,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
     "overrides": {"errors"},
-    # training: the run folders' names (`tracking`) and the tag saying why a run stopped
+    # training: the tag saying why a run stopped (`run_logger`)
     "killed_runs": {"config", "errors", "run", "training"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},

@@ -32,9 +32,9 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.killed_runs import mark_killed
+    from ragen_lit.run.folder import check_resume, finished_message, finished_run, resolve_run_dir
     from ragen_lit.run.lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
 
     quiet_third_party(verbose)
     rank_zero = rank_zero_only.rank == 0
@@ -82,6 +82,7 @@ def _fit(
     from ragen_lit.config import flat_dict
     from ragen_lit.run.checkpoint_writer import IterationCheckpoint
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
+    from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
@@ -97,7 +98,7 @@ def _fit(
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
-    from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
+    from ragen_lit.training.run_logger import make_logger
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
     module = AgentRLModule(cfg)

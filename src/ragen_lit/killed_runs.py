@@ -23,10 +23,10 @@ from pathlib import Path
 from ragen_lit.config import Config
 from ragen_lit.errors import ConfigError
 from ragen_lit.run.checkpoints import newest_checkpoint
+from ragen_lit.run.folder import default_run_name, run_folder_pattern
 from ragen_lit.run.lock import in_use
 from ragen_lit.run.store import check_server, check_sqlite_store, sqlite_store, store_uri, tracking_uri
 from ragen_lit.training.run_logger import STOPPED_TAG
-from ragen_lit.training.tracking import default_run_name, run_folder_pattern
 
 
 def mark_killed(cfg: Config) -> None:

@@ -217,7 +217,7 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     import time
 
     from ragen_lit.config import ConfigError
-    from ragen_lit.training.tracking import resolve_run_dir
+    from ragen_lit.run.folder import resolve_run_dir
 
     folders = []
     for name in ("frozenlake-ppo-top_p0.9-20260101-120000", "frozenlake-ppo-top_p0.9-20260101-120000-1"):

@@ -12,7 +12,7 @@ import pytest
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
 from ragen_lit.run.checkpoints import complete_checkpoints, newest_checkpoint
-from ragen_lit.training.tracking import resolve_run_dir
+from ragen_lit.run.folder import resolve_run_dir
 
 NAME = "frozenlake-grpo-top_p0.9"
 

@@ -1,4 +1,4 @@
-"""Resume rules (`training.tracking`): a finished run resumed says so and changes nothing; a changed config is refused
+"""Resume rules (`run.folder`): a finished run resumed says so and changes nothing; a changed config is refused
 with one line unless `trainer.resume_allow_changes=true`, which records the change (run.json, MLflow tags) and trains
 on; `trainer.iterations` may grow without it; the summary covers the whole run."""
 
@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from ragen_lit.cli import fit, main
 from ragen_lit.config import load_config, to_dict
 from ragen_lit.errors import ConfigError
-from ragen_lit.training.tracking import check_resume, config_changes
+from ragen_lit.run.folder import check_resume, config_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [

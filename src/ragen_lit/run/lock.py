@@ -126,7 +126,7 @@ def resolve_held(
     resolve: Callable[[], tuple[Path, str | None, dict]],
 ) -> tuple[Path, str | None, dict, FolderLock | None]:
     """`resolve()` (the run folder, the checkpoint to resume or None, the run's record: what
-    `training.tracking.resolve_run_dir` finds) with the lock of a resumed run's folder held: the folder is locked,
+    `run.folder.resolve_run_dir` finds) with the lock of a resumed run's folder held: the folder is locked,
     then resolved again, so that the checkpoint is the newest one a process that ended meanwhile left. A new run's
     folder does not exist yet: its lock is None, and `fit` takes it (`hold`) once nothing can refuse the run."""
     while True:

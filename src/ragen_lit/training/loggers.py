@@ -30,7 +30,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from ragen_lit.config import Config
 from ragen_lit.errors import error_chain
-from ragen_lit.training.tracking import default_run_name
+from ragen_lit.run.folder import default_run_name
 
 TENSORBOARD_FOLDER = "tensorboard"
 CSV_FOLDER = "csv"

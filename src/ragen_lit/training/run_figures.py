@@ -21,8 +21,8 @@ from matplotlib import image
 from matplotlib.figure import Figure
 
 from ragen_lit import figures
+from ragen_lit.run.folder import default_run_name
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
-from ragen_lit.training.tracking import default_run_name
 
 ARTIFACT_DIR = "figures"
 ENTROPY = "collapse/first_turn/cond_entropy"

@@ -17,13 +17,18 @@ says why in its tag `STOPPED_TAG`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from ragen_lit.config import Config
+from ragen_lit.run.folder import default_run_name
+from ragen_lit.run.store import ensure_experiment, tracking_uri
+
 STOPPED_TAG = "ragen_lit.stopped"
 """the MLflow tag that says why a run stopped before its end: the line of the fault or error on a FAILED run
-(`close`), the kill on a KILLED one (`killed_runs`); a resume takes it away (`tracking.make_logger`)"""
+(`close`), the kill on a KILLED one (`killed_runs`); a resume takes it away (`make_logger`)"""
 
 
 class RunLogger(MLFlowLogger):
@@ -74,3 +79,22 @@ class RunLogger(MLFlowLogger):
             except Exception as err:  # the store refuses the write that would say how the run ended
                 self._refused = database_error(err)
         return self._refused
+
+
+def make_logger(cfg: Config, run_dir: Path, info: dict):
+    """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
+    if rank_zero_only.rank == 0:
+        ensure_experiment(cfg)
+    logger = RunLogger(
+        experiment_name=cfg.logging.experiment,
+        run_name=default_run_name(cfg),
+        tracking_uri=tracking_uri(cfg),
+        run_id=info.get("mlflow_run_id"),
+        tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
+    )
+    if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
+        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
+        logger.experiment.update_run(logger.run_id, status="RUNNING")
+        if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
+            logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
+    return logger

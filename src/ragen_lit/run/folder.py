@@ -1,5 +1,9 @@
-"""Run directories, the run's MLflow logger (its store is `run.store`'s), the run's record (`run.json`) and the
-end-of-run summary.
+"""A run's folder and its record: which folder a `fit` trains (a new one, or the one it resumes) and what `run.json`
+in it holds, the resume rules and the end-of-run summary. The folder's checkpoints are `run.checkpoints`', its lock
+`run.lock`'s, its MLflow store `run.store`'s.
+
+A run folder is `<logging.output_dir>/<run name>-<date>-<time>[-<n>]` (`resolve_run_dir`), the run name
+`logging.run_name` or `<env>-<algo>-<filter>` (`default_run_name`).
 
 `run.json` holds the run's MLflow id, its store (the store itself: never the `logging.tracking_server` the process
 wrote through, which is gone when a sweep's server stopped), the config it follows, one entry per resume (`resumes`:
@@ -23,7 +27,7 @@ from pathlib import Path
 
 from ragen_lit.config import Config, ConfigError, to_dict
 from ragen_lit.run.checkpoints import is_sharded_checkpoint, newest_checkpoint, recency
-from ragen_lit.run.store import ensure_experiment, store_uri, tracking_uri
+from ragen_lit.run.store import store_uri
 
 # how this process runs and what it keeps on disk, not what the run computes: never compared on resume
 RUNTIME_KEYS = (
@@ -96,29 +100,6 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     info_path = run_dir / "run.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
     return run_dir, str(ckpt), info
-
-
-def make_logger(cfg: Config, run_dir: Path, info: dict):
-    """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
-    from lightning.pytorch.utilities import rank_zero_only
-
-    from ragen_lit.training.run_logger import STOPPED_TAG, RunLogger
-
-    if rank_zero_only.rank == 0:
-        ensure_experiment(cfg)
-    logger = RunLogger(
-        experiment_name=cfg.logging.experiment,
-        run_name=default_run_name(cfg),
-        tracking_uri=tracking_uri(cfg),
-        run_id=info.get("mlflow_run_id"),
-        tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
-    )
-    if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
-        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
-        logger.experiment.update_run(logger.run_id, status="RUNNING")
-        if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
-            logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
-    return logger
 
 
 def _plain(config: dict) -> dict:
