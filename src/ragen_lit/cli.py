@@ -82,6 +82,7 @@ def _fit(
     from ragen_lit.config import flat_dict
     from ragen_lit.run.checkpoint_writer import IterationCheckpoint
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
+    from ragen_lit.run.faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
@@ -96,7 +97,6 @@ def _fit(
         where_logged,
     )
     from ragen_lit.training.module import AgentRLModule
-    from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
     from ragen_lit.training.run_logger import make_logger
 

@@ -1,4 +1,4 @@
-"""A logger's folder that becomes unwritable in the middle of a run (`run_faults`): `fit` ends with exit code 1 and
+"""A logger's folder that becomes unwritable in the middle of a run (`run.faults`): `fit` ends with exit code 1 and
 one `error:` line naming the logger and the file it could not write (not the tracebacks of TensorBoard's writer
 thread and of Lightning's rewording of the error), its MLflow run reads FAILED with that reason, every checkpoint and
 everything logged so far is kept, and once the folder is writable again `trainer.resume=last` finishes the run."""

@@ -15,7 +15,7 @@ metrics, rollout seeds and the empty-filter streak are the run's) would go unsav
 `PermissionError` to reword a cross-device case and drops every other one, so a checkpoint folder that refuses writes
 loses every later checkpoint while the run reports success. The rule here: a checkpoint that cannot be written stops
 the run at once with `RunError` naming the file and the OS error (`fit` adds where the run stopped, the checkpoint to
-resume from and the MLflow status: `training.run_faults`). No retry and no other folder: a full disk or a revoked
+resume from and the MLflow status: `run.faults`). No retry and no other folder: a full disk or a revoked
 permission does not heal by itself, and checkpoints scattered elsewhere would not be found by `trainer.resume=last`.
 Lightning then marks the MLflow run FAILED; metrics logged so far are already in the store (the checkpoint callback
 runs after `IterationLogger` has logged the iteration). The write goes to a hidden partial file renamed over the

@@ -63,7 +63,7 @@ class RunTensorBoardLogger(TensorBoardLogger):
 def _quiet_writer_threads() -> None:
     """TensorBoard writes its events from a thread of its own: a write the machine refuses there is printed as that
     thread's traceback, and raised again in the thread that logs or flushes next (`_AsyncWriter._check_worker_status`),
-    where `fit` reports it in one line (`run_faults`). That thread's own print is dropped; any other thread's error
+    where `fit` reports it in one line (`run.faults`). That thread's own print is dropped; any other thread's error
     is printed as before. Once per process."""
     try:
         from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
@@ -83,7 +83,7 @@ def _quiet_writer_threads() -> None:
 
 
 def folders_in(run_dir: Path) -> dict[str, Path]:
-    """Each extra logger's folder in `run_dir`, by its `logging.loggers` name (`run_faults` names a logger by it)."""
+    """Each extra logger's folder in `run_dir`, by its `logging.loggers` name (`run.faults` names a logger by it)."""
     return {name: run_dir / folder for name, folder in FOLDERS.items()}
 
 

@@ -71,7 +71,7 @@ class RunLogger(MLFlowLogger):
             except Exception:  # a store that refuses this write refuses the status too, which is said below
                 pass
         if not self._closing:
-            from ragen_lit.training.run_faults import database_error
+            from ragen_lit.run.faults import database_error
 
             self._closing = True
             try:
