@@ -54,8 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
     "overrides": {"errors"},
-    # training: the tag saying why a run stopped (`run_logger`)
-    "killed_runs": {"config", "errors", "run", "training"},
+    "killed_runs": {"config", "errors", "run"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},

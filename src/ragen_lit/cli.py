@@ -84,21 +84,21 @@ def _fit(
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
     from ragen_lit.run.faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
+    from ragen_lit.run.loggers import (
+        close_extra_loggers,
+        folders_in,
+        log_summary,
+        make_extra_loggers,
+        make_logger,
+        where_logged,
+    )
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
     from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
-    from ragen_lit.training.loggers import (
-        close_extra_loggers,
-        folders_in,
-        log_summary,
-        make_extra_loggers,
-        where_logged,
-    )
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
-    from ragen_lit.training.run_logger import make_logger
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
     module = AgentRLModule(cfg)

@@ -5,7 +5,7 @@ reads RUNNING for good: the MLflow UI and `compare` would take it for a run stil
 run folder, `fit` looks at the runs of its name in its output folder: a run whose folder no process holds
 (`run.lock`), whose run.json has no `finished` record and whose MLflow run, in the store this `fit` logs to, reads
 RUNNING was killed. It is marked KILLED (MLflow's status for a run stopped from outside) with the tag
-`run_logger.STOPPED_TAG` saying when it was found and which checkpoint, if any, it left; its folder is left as it is,
+`run.loggers.STOPPED_TAG` saying when it was found and which checkpoint, if any, it left; its folder is left as it is,
 and `trainer.resume=last` continues it if it has a checkpoint (a resume marks it RUNNING again). A store that cannot
 be read or written here is left alone: `fit` checks its own store next and reports it in one line. A run is matched by
 its store (run.json names the store itself, never the `logging.tracking_server` it wrote through), and marked through
@@ -25,8 +25,8 @@ from ragen_lit.errors import ConfigError
 from ragen_lit.run.checkpoints import newest_checkpoint
 from ragen_lit.run.folder import default_run_name, run_folder_pattern
 from ragen_lit.run.lock import in_use
+from ragen_lit.run.loggers import STOPPED_TAG
 from ragen_lit.run.store import check_server, check_sqlite_store, sqlite_store, store_uri, tracking_uri
-from ragen_lit.training.run_logger import STOPPED_TAG
 
 
 def mark_killed(cfg: Config) -> None:

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from ragen_lit.training.run_logger import STOPPED_TAG
+from ragen_lit.run.loggers import STOPPED_TAG
 
 
 def test_a_run_killed_before_its_first_checkpoint_reads_killed_and_resume_says_to_start_afresh(tmp_path, capsys):

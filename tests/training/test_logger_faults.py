@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
+from ragen_lit.run.loggers import STOPPED_TAG
 from ragen_lit.training.callbacks import IterationLogger
-from ragen_lit.training.run_logger import STOPPED_TAG
 
 ARGS = ["fit", "--config", CONFIG, *SMALL, "trainer.iterations=3", "trainer.checkpoint_every=1"]
 

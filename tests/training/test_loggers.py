@@ -20,10 +20,9 @@ from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
+from ragen_lit.run.loggers import RunLogger, RunTensorBoardLogger, make_extra_loggers
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
-from ragen_lit.training.loggers import RunTensorBoardLogger, make_extra_loggers
 from ragen_lit.training.run_figures import RunFigures
-from ragen_lit.training.run_logger import RunLogger
 
 ALL = "logging.loggers=[mlflow,tensorboard,csv,wandb]"
 

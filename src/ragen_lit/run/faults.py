@@ -3,7 +3,7 @@
 A folder made read-only, a full disk or an MLflow store that refuses writes stop a run with exit code 1 (the checkpoint
 writer raises `RunError` at once, see `run.checkpoint_writer`; the other writes raise `OSError` or MLflow's and the
 database's errors; a logger's refused write is named with its logger). The MLflow run keeps what happened in its tag
-`run_logger.STOPPED_TAG`. The line names what could not be written and why, where the run stopped, the checkpoint
+`run.loggers.STOPPED_TAG`. The line names what could not be written and why, where the run stopped, the checkpoint
 `trainer.resume=last` would take (the newest complete one on disk, or none), and the status the MLflow run holds now:
 FAILED, or, where the store itself refuses the write that says so, that it could not be marked (it then still reads
 RUNNING). MLflow's FINISHED is set only after every end-of-run record is written (`RunLogger.close`), so a run that

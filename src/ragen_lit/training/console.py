@@ -73,7 +73,7 @@ def run_device(trainer, weights) -> str:
 def describe_run(cfg, trainer, run_dir) -> str:
     """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder, and the
     folders in it that the loggers besides MLflow write to."""
-    from ragen_lit.training.loggers import logger_folder
+    from ragen_lit.run.loggers import logger_folder
 
     f = cfg.filter
     selection = "no filter" if f.strategy == "none" else f"filter {f.strategy} {f.value:g}"
