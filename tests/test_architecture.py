@@ -54,7 +54,6 @@ ALLOWED: dict[str, set[str]] = {
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
     "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
     "overrides": {"errors"},
-    "killed_runs": {"config", "errors", "run"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
@@ -121,8 +120,7 @@ ALLOWED: dict[str, set[str]] = {
     # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
     "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
-    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run"}
-    | {"killed_runs"},
+    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

@@ -31,8 +31,8 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.killed_runs import mark_killed
     from ragen_lit.run.folder import check_resume, finished_message, finished_run, resolve_run_dir
+    from ragen_lit.run.killed_runs import mark_killed
     from ragen_lit.run.lock import hold, resolve_held
     from ragen_lit.training.console import quiet_third_party
 

@@ -1,4 +1,4 @@
-"""A `fit` killed before its first checkpoint (`killed_runs`): `trainer.resume=last` says in one line that there is
+"""A `fit` killed before its first checkpoint (`run.killed_runs`): `trainer.resume=last` says in one line that there is
 no checkpoint to resume and how to start afresh, and the killed run, which its process could not close, reads KILLED
 in MLflow with the reason, once that later `fit` found it."""
 
@@ -60,7 +60,7 @@ def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_t
     from ragen_lit.analysis.sweep_server import serving
     from ragen_lit.analysis.sweep_store import store_uri
     from ragen_lit.config import load_config
-    from ragen_lit.killed_runs import mark_killed
+    from ragen_lit.run.killed_runs import mark_killed
 
     out, store = tmp_path / "run", store_uri(tmp_path)
     client = MlflowClient(tracking_uri=store)

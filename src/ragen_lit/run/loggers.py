@@ -57,7 +57,7 @@ FOLDERS = {"tensorboard": TENSORBOARD_FOLDER, "csv": CSV_FOLDER, "wandb": "wandb
 
 STOPPED_TAG = "ragen_lit.stopped"
 """the MLflow tag that says why a run stopped before its end: the line of the fault or error on a FAILED run
-(`close`), the kill on a KILLED one (`killed_runs`); a resume takes it away (`make_logger`)"""
+(`close`), the kill on a KILLED one (`run.killed_runs`); a resume takes it away (`make_logger`)"""
 
 
 class RunLogger(MLFlowLogger):
