@@ -31,10 +31,10 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     import torch
     from lightning.pytorch.utilities import rank_zero_only
 
+    from ragen_lit.run.console import quiet_third_party
     from ragen_lit.run.folder import check_resume, finished_message, finished_run, resolve_run_dir
     from ragen_lit.run.killed_runs import mark_killed
     from ragen_lit.run.lock import hold, resolve_held
-    from ragen_lit.training.console import quiet_third_party
 
     quiet_third_party(verbose)
     rank_zero = rank_zero_only.rank == 0
@@ -82,6 +82,7 @@ def _fit(
     from ragen_lit.config import flat_dict
     from ragen_lit.run.checkpoint_writer import IterationCheckpoint
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
+    from ragen_lit.run.console import describe_run, run_device
     from ragen_lit.run.faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
     from ragen_lit.run.loggers import (
@@ -95,7 +96,6 @@ def _fit(
     from ragen_lit.run.provenance import run_tags
     from ragen_lit.training.alarm import CollapseAlarmCallback
     from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.training.console import describe_run, run_device
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
@@ -252,7 +252,7 @@ def _warm_start_command(args) -> int:
 
     cfg = load_config(args.config, list(args.overrides))
     preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
-    from ragen_lit.training.console import quiet_third_party
+    from ragen_lit.run.console import quiet_third_party
     from ragen_lit.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()

@@ -197,8 +197,8 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     for store in dict.fromkeys(stores):
         check_store(store)
     plans = [(cfg, where, episode_seeds(cfg, options, where)) for cfg, where in loaded]
+    from ragen_lit.run.console import quiet_third_party
     from ragen_lit.run.preflight import preflight
-    from ragen_lit.training.console import quiet_third_party
 
     for cfg, _, seeds in plans:
         # fit's checks, with the evaluation's rollout call as its validation (the generation batch's bound)

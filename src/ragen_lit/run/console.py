@@ -1,6 +1,8 @@
-"""What a `fit` prints: one line saying what runs, the progress bar, the summary. Third-party chatter that says
-nothing about this run is dropped at its source, each by its own logger and exact wording (no blanket warning
-filter), unless `fit --verbose` asks for everything."""
+"""What a `fit` prints about its run, and what it keeps off the console: the one line saying what runs
+(`describe_run`), where it computes (`run_device`, also its MLflow tag). Third-party chatter that says nothing about
+this run is dropped at its source, each by its own logger and exact wording (no blanket warning filter), unless `fit
+--verbose` asks for everything (`quiet_third_party`, which `warm-start` and `evaluate` call too). The progress bar is
+`training.callbacks.IterationProgressBar`, the end-of-run summary `run.folder.format_summary`."""
 
 from __future__ import annotations
 
