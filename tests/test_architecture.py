@@ -18,7 +18,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ragen_lit"
 BOTTOM = {
     "choices",
     "errors",
-    "typed_fields",
     "algos",
     "filtering",
     "logprobs",
@@ -42,7 +41,6 @@ BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "
 BELOW_TRAINING |= {"overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
-    "typed_fields": {"errors"},
     "algos": {"choices"},
     "filtering": {"choices"},
     "logprobs": {"kernels"},
@@ -52,7 +50,7 @@ ALLOWED: dict[str, set[str]] = {
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes", "seeds"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"choices", "errors", "typed_fields", "envs", "overrides"},
+    "config": {"choices", "errors", "envs", "overrides"},
     "overrides": {"errors"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
@@ -67,7 +65,6 @@ ALLOWED: dict[str, set[str]] = {
     "training": BELOW_TRAINING,
     "diagnose": {
         "errors",
-        "typed_fields",
         "config",
         "metrics",
         "models",
@@ -77,12 +74,11 @@ ALLOWED: dict[str, set[str]] = {
         "parallel.collectives",
     },
     # the package's own __init__ for its version
-    "warm_start_options": {"typed_fields"},
+    "warm_start_options": {"config"},
     "warm_start": {
         "__init__",
         "warm_start_options",
         "errors",
-        "typed_fields",
         "config",
         "agent",
         "engines",
@@ -107,7 +103,6 @@ ALLOWED: dict[str, set[str]] = {
     # them), the checkpoints, the store and the provenance
     "evaluation": {
         "errors",
-        "typed_fields",
         "config",
         "agent",
         "models",

@@ -7,8 +7,8 @@ import pytest
 
 from ragen_lit.cli import main
 from ragen_lit.config import Config, ConfigError, EnvConfig, LoggingConfig, ModelConfig, load_config, render_yaml
+from ragen_lit.config.typed_fields import field_docs
 from ragen_lit.envs import ENV_CLASSES
-from ragen_lit.typed_fields import field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -293,7 +293,7 @@ def test_giving_both_names_of_a_renamed_key_is_refused_in_one_line(tmp_path):
 
 
 def test_every_field_has_a_docstring():
-    from ragen_lit.typed_fields import field_docs
+    from ragen_lit.config.typed_fields import field_docs
 
     for section in dataclasses.fields(Config):
         cls = type(getattr(Config(), section.name))
@@ -327,8 +327,8 @@ def test_choice_lists_have_one_source():
 
 
 def test_env_name_doc_lists_every_registered_env():
+    from ragen_lit.config.typed_fields import field_docs
     from ragen_lit.envs import ENV_CLASSES
-    from ragen_lit.typed_fields import field_docs
 
     doc = field_docs(EnvConfig)["name"]
     assert sorted(doc.removeprefix("environment: ").split(" | ")) == sorted(ENV_CLASSES)

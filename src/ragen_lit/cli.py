@@ -16,8 +16,8 @@ from pathlib import Path
 # nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
 # Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
 from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+from ragen_lit.config.typed_fields import add_option_flags
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import add_option_flags
 
 _RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
 

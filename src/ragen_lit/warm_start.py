@@ -37,6 +37,7 @@ from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import rollout
 from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
 from ragen_lit.config import Config
+from ragen_lit.config.typed_fields import check_fields, flag
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
@@ -47,7 +48,6 @@ from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episode
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.run.provenance import run_tags
-from ragen_lit.typed_fields import check_fields, flag
 from ragen_lit.warm_start_options import WarmStartOptions
 
 RECORD = "warm_start.json"

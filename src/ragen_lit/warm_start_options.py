@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragen_lit.typed_fields import checked
+from ragen_lit.config.typed_fields import checked
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from ragen_lit.choices import filter_value_error, uses_critic
 from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.config.sections import SECTIONS, Config
+from ragen_lit.config.typed_fields import check_fields
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import check_fields
 
 # MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
 TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")

@@ -24,7 +24,7 @@ from ragen_lit.choices import (
     WANDB_MODES,
 )
 from ragen_lit.choices import PRESETS as ALGO_PRESETS
-from ragen_lit.typed_fields import checked
+from ragen_lit.config.typed_fields import checked
 
 # `model.name` values that pick weights by name (`ragen_lit.presets` resolves them); `hf` means model.path
 MODEL_PRESETS = ("tiny", "smollm2-135m")

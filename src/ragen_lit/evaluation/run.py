@@ -27,8 +27,8 @@ from pathlib import Path
 from ragen_lit.config import Config, load_config
 from ragen_lit.config.loading import load_saved_config
 from ragen_lit.config.sections import MAX_SEED
+from ragen_lit.config.typed_fields import check_fields, checked, flag
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import check_fields, checked, flag
 
 ONE_PROCESS = {"devices": 1, "num_nodes": 1, "strategy": "auto"}
 
