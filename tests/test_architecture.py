@@ -38,7 +38,6 @@ PARALLEL = {
 }
 # everything `training/` stands on; the rooms above it add their own neighbours
 BELOW_TRAINING = BOTTOM | PARALLEL | {"agent", "engines", "models", "presets", "metrics", "config", "run"}
-BELOW_TRAINING |= {"overrides"}
 ALLOWED: dict[str, set[str]] = {
     **{room: set() for room in BOTTOM},
     "algos": {"choices"},
@@ -50,8 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     # the torch.distributed helpers of parallel/, not its Lightning strategies
     "metrics": {"choices", "errors", "logprobs", "kernels", "models", "algos", "filtering", "shapes", "seeds"}
     | {"parallel.collectives", "parallel.lockstep", "parallel.fsdp"},
-    "config": {"choices", "errors", "envs", "overrides"},
-    "overrides": {"errors"},
+    "config": {"choices", "errors", "envs"},
     "presets": {"errors", "config", "models", "engines", "envs", "agent"},
     "parallel.lockstep": {"parallel.collectives"},
     "parallel.fsdp": {"parallel.collectives", "logprobs", "models"},
@@ -95,7 +93,6 @@ ALLOWED: dict[str, set[str]] = {
         "figures",
         "config",
         "metrics",
-        "overrides",
         "run",
     },
     # training: the rollout loop as `fit` validates (`RolloutDataModule.run_rollouts`); analysis: the Wilson interval

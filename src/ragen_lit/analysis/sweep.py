@@ -86,8 +86,8 @@ from ragen_lit.analysis.sweep_server import LOG_NAME as SERVER_LOG
 from ragen_lit.analysis.sweep_server import serving
 from ragen_lit.analysis.sweep_store import check_store, prepare_store, run_store, store_path, store_uri
 from ragen_lit.config import Config, load_config, render_yaml
+from ragen_lit.config.overrides import parse_overrides
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides
 
 
 @dataclass(frozen=True)

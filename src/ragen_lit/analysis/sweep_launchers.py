@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from ragen_lit.analysis.sweep_run import SWEEP_ENV, child_setup
+from ragen_lit.config.overrides import parse_overrides, quoted_value
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides, quoted_value
 
 LOCAL = "local"
 PLUGINS = {
