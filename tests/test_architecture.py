@@ -109,8 +109,6 @@ ALLOWED: dict[str, set[str]] = {
         "analysis",
         "training",
     },
-    # the Hydra app of `sweep --launcher`: a job runs one run of a planned sweep
-    "sweep_app": {"analysis"},
     "cli": BELOW_TRAINING
     | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run"},
     "__main__": {"cli"},

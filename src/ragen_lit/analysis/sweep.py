@@ -17,9 +17,9 @@ files with its own launcher (`--print-commands` lists one command per run, e.g. 
 A sweep makes at most `sweep_checks.MAX_RUNS` runs (10,000), and before the first starts every grid point's config
 passes `fit`'s own checks (`sweep_checks.check_runs`: memory, devices, paths, the env) as its runs get it.
 
-The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its
-cores or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet
-done as one multirun of `ragen_lit.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
+The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its cores
+or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet done as
+one multirun of `ragen_lit.analysis.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
 run's attempts the same way (`sweep_run`).
 
 With several GPUs (`--devices`), every GPU runs every grid point about equally often and the points alternate in

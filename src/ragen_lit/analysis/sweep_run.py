@@ -10,9 +10,9 @@ stays readable. An attempt that fails leaves the `sweep_failed` marker with its 
 config names the sweep's store is given the address of the sweep's MLflow server on its command line
 (`server_override`).
 
-The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
-attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a `fit`
-holds (`run.lock`: a run a killed sweep's job left, or one started by hand) is not started and nothing of it is
+The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.analysis.sweep_app`)
+start attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a
+`fit` holds (`run.lock`: a run a killed sweep's job left, or one started by hand) is not started and nothing of it is
 cleared: the attempt fails at once naming that process (`RunInUse`), and the sweep goes on with its other runs.
 
 An attempt ends with the sweep that started it, however the sweep ends: the pool's `fit`s are killed by the kernel
