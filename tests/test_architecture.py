@@ -60,7 +60,8 @@ ALLOWED: dict[str, set[str]] = {
     # models, presets: the policy in a checkpoint is rebuilt on the base model the run started from, and the
     # preflight bounds read the model's shape; envs, engines: the preflight builds one env and names the vLLM extra
     "run": {"errors", "config", "models", "presets", "envs", "engines"},
-    "training": BELOW_TRAINING,
+    # __init__: the package's version, in the warm start's record
+    "training": BELOW_TRAINING | {"__init__"},
     "diagnose": {
         "errors",
         "config",
@@ -70,20 +71,6 @@ ALLOWED: dict[str, set[str]] = {
         "run",
         "logprobs",
         "parallel.collectives",
-    },
-    # the package's own __init__ for its version
-    "warm_start_options": {"config"},
-    "warm_start": {
-        "__init__",
-        "warm_start_options",
-        "errors",
-        "config",
-        "agent",
-        "engines",
-        "envs",
-        "models",
-        "presets",
-        "run",
     },
     # metrics: `compare --collapse` replays the collapse alarm on logged streams
     # run: a sweep runs fit's checks (preflight) on every planned run before any starts, locks the sweep folder and
@@ -105,12 +92,10 @@ ALLOWED: dict[str, set[str]] = {
         "models",
         "presets",
         "run",
-        "warm_start",
         "analysis",
         "training",
     },
-    "cli": BELOW_TRAINING
-    | {"training", "diagnose", "evaluation", "analysis", "warm_start", "warm_start_options", "run"},
+    "cli": BELOW_TRAINING | {"training", "diagnose", "evaluation", "analysis", "run"},
     "__main__": {"cli"},
     "__init__": {"envs"},
 }

@@ -248,12 +248,12 @@ def _export_command(args) -> int:
 
 def _warm_start_command(args) -> int:
     from ragen_lit.run.preflight import preflight
-    from ragen_lit.warm_start_options import WarmStartOptions
+    from ragen_lit.training.warm_start_options import WarmStartOptions
 
     cfg = load_config(args.config, list(args.overrides))
     preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
     from ragen_lit.run.console import quiet_third_party
-    from ragen_lit.warm_start import RECORD, continue_command, warm_start
+    from ragen_lit.training.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
     if command == "warm-start":
-        from ragen_lit.warm_start_options import WarmStartOptions
+        from ragen_lit.training.warm_start_options import WarmStartOptions
 
         add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")

@@ -211,7 +211,7 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     from ragen_lit.evaluation.policy import load_evaluated_policy
     from ragen_lit.evaluation.record import log_evaluations
     from ragen_lit.evaluation.report import format_evaluation
-    from ragen_lit.warm_start import training_device
+    from ragen_lit.training.warm_start import training_device
 
     first = plans[0][0]
     if first.trainer.threads:

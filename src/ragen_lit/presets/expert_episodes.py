@@ -1,5 +1,5 @@
 """The scripted expert's episodes of an env as `fit` plays it: the SFT data of the tiny model's build
-(`tiny/build.py`) and of `python -m ragen_lit warm-start` (`presets/warm_start.py`).
+(`tiny/build.py`) and of `python -m ragen_lit warm-start` (`training/warm_start.py`).
 
 `EnvSetup` is an env with the options and episode limits of a config; `expert_episodes` runs any engine
 (the `ExpertEngine` of `tiny/expert.py`) through the real rollout loop on it, so the trajectories hold

@@ -48,7 +48,7 @@ from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episode
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
 from ragen_lit.run.provenance import run_tags
-from ragen_lit.warm_start_options import WarmStartOptions
+from ragen_lit.training.warm_start_options import WarmStartOptions
 
 RECORD = "warm_start.json"
 
