@@ -13,6 +13,9 @@ In distributed runs the pairs are drawn once over all ranks' trajectories: a sma
 and every rank makes the same seeded draw. Each rank then scores the drawn pairs of its own trajectories
 against all columns (their prompts are all-gathered), so N, the chance level and the metric states (sums,
 reduced over ranks) are those of one process on all the rollouts.
+
+Template collapse at three layers, one module each: `metrics.collapse` computes the diagnostics during a run,
+`analysis.collapse` reads their logged streams for `compare --collapse`, `figures.collapse` draws that reading.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """`diagnostics.on_collapse`: feed each iteration's diagnostics to the template-collapse alarm
-(`metrics.alarm.CollapseAlarm`), log `collapse/alarm`, warn when it fires, and with `stop` end the run cleanly."""
+(`metrics.alarm.CollapseAlarm`), log `collapse/alarm`, warn when it fires, and with `stop` end the run cleanly.
+
+One alarm at two layers: `metrics.alarm` is the detector (its definition and defaults), this module its Lightning
+side in `fit`."""
 
 from __future__ import annotations
 
