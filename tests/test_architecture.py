@@ -2,7 +2,8 @@
 
 Rooms stand on floors: a room may import only the rooms its entry in `ALLOWED` names (and itself).
 Function-level imports count too (a lazy import is still an arrow), and the module graph must have
-no circle. Only the Lightning-facing rooms import `lightning`.
+no circle. Only the Lightning-facing rooms import `lightning`. The package's top level holds a few floor modules and
+the command line; everything else lives in a room named for its concept.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ LIGHTNING_ROOMS = {"training", "run", "parallel.strategy", "parallel.sharded", "
 # LightningModule only wires the training functions together, so it stays shorter still.
 MAX_LINES = 450
 MAX_LINES_OF = {"training/module.py": 330}
+# The most modules the package's top level may hold besides `__init__.py` and `__main__.py`: a newcomer reads the
+# rooms' names, not a flat list of files.
+MAX_TOP_LEVEL_MODULES = 8
 
 
 def room_of(module: str) -> str:
@@ -217,6 +221,33 @@ def test_every_source_file_stays_short():
         if lines > limit:
             too_long.append(f"{name}: {lines} lines, at most {limit}")
     assert not too_long, "split by job:\n" + "\n".join(too_long)
+
+
+def test_the_top_level_holds_few_modules():
+    modules = sorted(path.name for path in PACKAGE.glob("*.py") if path.name not in ("__init__.py", "__main__.py"))
+    assert len(modules) <= MAX_TOP_LEVEL_MODULES, (
+        f"{len(modules)} modules at the top level of ragen_lit, at most {MAX_TOP_LEVEL_MODULES}; move some into the "
+        "room of their concept: " + ", ".join(modules)
+    )
+
+
+def test_the_top_level_rule_sees_one_module_too_many(tmp_path, monkeypatch):
+    """The check above can fail: on a made-up package with one module more than it allows (a room's modules and
+    `__init__.py`, `__main__.py` do not count)."""
+    package = tmp_path / "ragen_lit"
+    (package / "run").mkdir(parents=True)
+    for name in ("__init__", "__main__", *(f"m{i}" for i in range(MAX_TOP_LEVEL_MODULES))):
+        (package / f"{name}.py").write_text("")
+    (package / "run" / "lock.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    test_the_top_level_holds_few_modules()
+    (package / "one_more.py").write_text("")
+    try:
+        test_the_top_level_holds_few_modules()
+    except AssertionError as error:
+        assert f"{MAX_TOP_LEVEL_MODULES + 1} modules at the top level" in str(error) and "one_more.py" in str(error)
+    else:
+        raise AssertionError("the module past the limit was not reported")
 
 
 def test_the_module_graph_has_no_circle():
