@@ -277,7 +277,9 @@ class AgentRLModule(L.LightningModule):
             mask = torch.zeros(0, 1, dtype=torch.bool, device=self.device)
         else:
             mask = minibatch["loss_mask"]
-        totals = steps.minibatch_totals(mask, self._record)
+        totals, imbalance = steps.minibatch_totals(mask)
+        if imbalance is not None:
+            self._record("parallel/token_imbalance", imbalance)
         micros = self._micro_batches(minibatch)  # the actor's and the critic's
         scored = steps.actor_backward(
             micros,
@@ -302,9 +304,9 @@ class AgentRLModule(L.LightningModule):
             schedulers[1].step()
 
     def _step(self, optimizer, model, name: str):
-        steps.optimizer_step(
-            optimizer, model, name, clip=self.cfg.optim.grad_clip, sharded=self.sharded, record=self._record
-        )
+        stats = steps.optimizer_step(optimizer, model, name, clip=self.cfg.optim.grad_clip, sharded=self.sharded)
+        for key, value in stats.items():
+            self._record(key, value)
         if model is self.policy:
             self._policy_version += 1  # the inference replica is stale from now on
 

@@ -134,21 +134,23 @@ def critic_backward(
         record("critic/value_loss", value_total)
 
 
-def minibatch_totals(mask: torch.Tensor, record: Record) -> dict[str, torch.Tensor]:
+def minibatch_totals(mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """The loss normalisers of a mini-batch whose rows on this rank have `mask` [B, T] (zero rows: none): its tokens
-    and sequences summed over all ranks, so that gradients are summed over ranks. Records how many more tokens the
-    busiest rank trains than the mean (every rank waits for it at the gradient sum)."""
+    and sequences summed over all ranks, so that gradients are summed over ranks. With several ranks also how many
+    more tokens the busiest rank trains than the mean (every rank waits for it at the gradient sum), else None."""
     num_tokens, num_seqs = dist_utils.sum_over_ranks(torch.stack([mask.sum(), mask.any(-1).sum()]))
     totals = {"num_tokens": num_tokens.clamp(min=1), "num_seqs": num_seqs.clamp(min=1)}
-    if dist_utils.is_distributed():
-        busiest = dist_utils.tensor_max_over_ranks(mask.sum())
-        record("parallel/token_imbalance", busiest * dist_utils.rank_and_world()[1] / totals["num_tokens"])
-    return totals
+    if not dist_utils.is_distributed():
+        return totals, None
+    busiest = dist_utils.tensor_max_over_ranks(mask.sum())
+    return totals, busiest * dist_utils.rank_and_world()[1] / totals["num_tokens"]
 
 
-def optimizer_step(optimizer, model: torch.nn.Module, name: str, *, clip: float, sharded: bool, record: Record) -> None:
+def optimizer_step(optimizer, model: torch.nn.Module, name: str, *, clip: float, sharded: bool) -> dict[str, object]:
     """Sum the gradients over data-parallel ranks (FSDP's reduce-scatter has summed them already), clip their global
-    norm (`clip` 0: no clipping; recorded as `<name>/grad_norm`), step and zero them."""
+    norm (`clip` 0: no clipping), step and zero them. Returns the stats to record: `<name>/grad_norm`, and with
+    several unsharded ranks `time/gradient_sum_s` before it."""
+    stats = {}
     if not sharded and dist_utils.is_distributed():
         # a rank without rows adds zeros. Timed from this rank's last backward: the wait for the slowest rank, then
         # the all-reduce.
@@ -157,7 +159,7 @@ def optimizer_step(optimizer, model: torch.nn.Module, name: str, *, clip: float,
         start = time.perf_counter()
         dist_utils.sum_gradients(model)
         _synchronize(device)
-        record("time/gradient_sum_s", time.perf_counter() - start)
+        stats["time/gradient_sum_s"] = time.perf_counter() - start
     params = [p for p in model.parameters() if p.grad is not None]
     # with FSDP the gradients are DTensor shards and this is the global norm (a collective)
     norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -165,9 +167,10 @@ def optimizer_step(optimizer, model: torch.nn.Module, name: str, *, clip: float,
         from ragen_lit.parallel.fsdp import full_tensor
 
         norm = full_tensor(norm)
-    record(f"{name}/grad_norm", norm)
+    stats[f"{name}/grad_norm"] = norm
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    return stats
 
 
 def _synchronize(device: torch.device) -> None:
