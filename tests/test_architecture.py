@@ -101,10 +101,13 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": {"envs"},
 }
 LIGHTNING_ROOMS = {"training", "run", "parallel.strategy", "parallel.sharded", "cli"}
-# The longest a source file may grow, in lines: a module does one job that a reader takes in at one sitting. The
-# LightningModule only wires the training functions together, so it stays shorter still.
+# The longest a source file may grow, in lines: a module does one job that a reader takes in at one sitting.
 MAX_LINES = 450
-MAX_LINES_OF = {"training/module.py": 330}
+# Named exceptions, each with its reason. The LightningModule wires the training functions together, so it stays
+# shorter than the rest; its one piece of algorithm is the PPO/GRPO update of a mini-batch (`update`), which reads
+# top to bottom in one place (totals, then per micro-batch: score, loss, backward, record; critic likewise;
+# optimizer steps) rather than cut into callbacks across files, and its cap leaves room for that loop.
+MAX_LINES_OF = {"training/module.py": 380}
 # The most modules the package's top level may hold besides `__init__.py` and `__main__.py`: a newcomer reads the
 # rooms' names, not a flat list of files.
 MAX_TOP_LEVEL_MODULES = 8
