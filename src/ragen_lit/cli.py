@@ -32,7 +32,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     from lightning.pytorch.utilities import rank_zero_only
 
     from ragen_lit.run.console import quiet_third_party
-    from ragen_lit.run.folder import check_resume, finished_message, finished_run, resolve_run_dir
+    from ragen_lit.run.folder import check_resume, default_run_name, finished_message, finished_run, resolve_run_dir
     from ragen_lit.run.killed_runs import mark_killed
     from ragen_lit.run.lock import hold, resolve_held
 
@@ -48,7 +48,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
                 held.enter_context(lock)
         finally:  # refused or not: the runs of this name a kill left RUNNING say so (this one, held now, is not)
             if rank_zero:
-                mark_killed(cfg)
+                mark_killed(cfg.logging, default_run_name(cfg))
         changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
         finished = finished_run(cfg, info) if ckpt_path else None
         if finished:
@@ -57,7 +57,7 @@ def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
         if rank_zero:  # the other ranks start after rank zero opened it
             from ragen_lit.run.store import open_store
 
-            open_store(cfg)  # last: a run refused above leaves no store behind
+            open_store(cfg.logging)  # last: a run refused above leaves no store behind
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
@@ -200,8 +200,8 @@ def _config_command(args) -> int:
     from ragen_lit.run.preflight import check_env, check_logger_packages
 
     # the same checks as `fit`: a printed config is one that `fit` accepts
-    check_logger_packages(cfg)
-    check_env(cfg)
+    check_logger_packages(cfg.logging)
+    check_env(cfg.env, cfg.rollout)
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
     return 0

@@ -117,8 +117,8 @@ def log_evaluation(
     client = MlflowClient(tracking_uri=uri)
     source_id, source_tags, source_name, experiment_id = _source_run(client, run_json)
     if experiment_id is None:
-        if uri == tracking_uri(cfg):
-            ensure_experiment(cfg)  # the default store keeps its artifacts under logging.output_dir, as `fit` does
+        if uri == tracking_uri(cfg.logging):  # the default store keeps its artifacts under logging.output_dir
+            ensure_experiment(cfg.logging)  # as `fit` does
         experiment = client.get_experiment_by_name(cfg.logging.experiment)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(cfg.logging.experiment)
     base = source_tags.get("point") or source_name or model

@@ -90,7 +90,7 @@ def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int
 
     memory = available_memory()
     if options.episodes_file is not None:
-        most = host_episodes(cfg, memory) // options.samples
+        most = host_episodes(cfg.rollout, memory) // options.samples
         seeds = read_seed_file(options.episodes_file, most)
         cut = len(seeds) > most  # the file holds more: it was not read to its end
         held = f"more than {most} seeds; its first {len(seeds)}" if cut else f"{len(seeds)} seeds"
@@ -111,10 +111,10 @@ def check_played(cfg: Config, count: int, samples: int, memory: int, named: str,
     seed file read only in part (it holds more than `count`)."""
     from ragen_lit.run.bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
 
-    fit = host_episodes(cfg, memory)
+    fit = host_episodes(cfg.rollout, memory)
     if count * samples <= fit:
         return
-    need = host_need(cfg, count * samples, memory)
+    need = host_need(cfg.rollout, count * samples, memory)
     if count <= fit and not cut:  # each episode once fits: the samples are too many
         raise ConfigError(f"--samples {samples} x {named} = {need}; use at most --samples {fit // count}")
     if fit == 0:

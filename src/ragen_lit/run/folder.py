@@ -160,7 +160,7 @@ def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: st
     `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
     run_dir.mkdir(parents=True, exist_ok=True)
     record = {k: v for k, v in info.items() if k != "finished"}
-    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(cfg), config=_plain(to_dict(cfg)))
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(cfg.logging), config=_plain(to_dict(cfg)))
     if ckpt_path is not None:
         resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
         record["resumes"] = [*info.get("resumes", []), resume]

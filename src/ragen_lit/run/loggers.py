@@ -113,11 +113,11 @@ class RunLogger(MLFlowLogger):
 def make_logger(cfg: Config, run_dir: Path, info: dict):
     """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
     if rank_zero_only.rank == 0:
-        ensure_experiment(cfg)
+        ensure_experiment(cfg.logging)
     logger = RunLogger(
         experiment_name=cfg.logging.experiment,
         run_name=default_run_name(cfg),
-        tracking_uri=tracking_uri(cfg),
+        tracking_uri=tracking_uri(cfg.logging),
         run_id=info.get("mlflow_run_id"),
         tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
     )
