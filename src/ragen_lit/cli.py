@@ -171,7 +171,7 @@ def _trainer(cfg: Config, run_dir: Path, loggers: list, callbacks: list):
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
         num_nodes=cfg.trainer.num_nodes,
-        strategy=choose_strategy(cfg),
+        strategy=choose_strategy(cfg.trainer),
         precision=cfg.trainer.precision,
         plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=loggers,

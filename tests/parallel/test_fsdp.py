@@ -208,7 +208,7 @@ def test_fsdp_config_checks():
     )
     from ragen_lit.parallel.strategy import FSDPStrategy, choose_strategy
 
-    strategy = choose_strategy(cfg)
+    strategy = choose_strategy(cfg.trainer)
     assert isinstance(strategy, FSDPStrategy) and strategy._timeout.total_seconds() == 60 * cfg.trainer.timeout_minutes
 
 
@@ -254,7 +254,7 @@ def test_auto_strategy_takes_the_projects_ddp_for_several_devices(overrides, dev
     cfg = load_config(None, ["trainer.accelerator=cpu", *overrides])
     if devices is not None:
         cfg.trainer.devices = devices  # a list of device ids, as Lightning takes it
-    strategy = choose_strategy(cfg)
+    strategy = choose_strategy(cfg.trainer)
     if expected == "auto":
         assert strategy == "auto"
     else:
