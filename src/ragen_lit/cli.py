@@ -84,7 +84,7 @@ def _fit(
     from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER
     from ragen_lit.run.console import describe_run, run_device
     from ragen_lit.run.faults import machine_fault, mlflow_status, stopped_message, where_stopped
-    from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
+    from ragen_lit.run.folder import default_run_name, format_summary, record_finished, summarize, write_run_info
     from ragen_lit.run.loggers import (
         close_extra_loggers,
         folders_in,
@@ -99,10 +99,11 @@ def _fit(
     from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
     from ragen_lit.training.run_figures import RunFigures
+    from ragen_lit.training.sections import DataSections, ModuleSections
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
-    module = AgentRLModule(cfg)
-    data = RolloutDataModule(cfg, run_dir)
+    module = AgentRLModule(ModuleSections.of(cfg))
+    data = RolloutDataModule(DataSections.of(cfg), run_dir / "rollouts" if cfg.logging.save_rollouts else None)
     logger = make_logger(cfg, run_dir, info)
     extra = make_extra_loggers(cfg, run_dir, logger.run_id, ckpt_path is not None, verbose)
     config = {**flat_dict(cfg), "model.resolved_path": module.model_path}
@@ -115,11 +116,13 @@ def _fit(
             for each in extra if info.get("mlflow_run_id") else [logger, *extra]:
                 each.log_hyperparams(config)
             write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
-        iteration_logger, validation = IterationLogger(started), ValidationRollouts()
-        run_figures = RunFigures(iteration_logger, validation)
+        iteration_logger = IterationLogger(cfg.filter.empty_stop_steps, started)
+        validation = ValidationRollouts(cfg.validation)
+        run_figures = RunFigures(iteration_logger, validation, default_run_name(cfg))
         checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
-        callbacks = [iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints]
+        alarm = CollapseAlarmCallback(cfg.diagnostics, cfg.trainer.checkpoint_every)
+        callbacks = [iteration_logger, alarm, validation, IterationProgressBar(), checkpoints]
         trainer = _trainer(cfg, run_dir, [logger, *extra], [*callbacks, run_figures])
         if trainer.is_global_zero:
             print(describe_run(cfg, trainer, run_dir), flush=True)

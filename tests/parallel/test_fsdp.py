@@ -84,8 +84,9 @@ def _to(batch: dict[str, torch.Tensor] | None, device) -> dict[str, torch.Tensor
 def _reference(cfg, device: torch.device) -> dict:
     """Everything the single process computes on all rows."""
     from ragen_lit.training.module import AgentRLModule, attach_fabric
+    from ragen_lit.training.sections import ModuleSections
 
-    module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)).to(device))  # `update` without a Trainer
     module.on_fit_start()  # the frozen reference follows the module's device
     raw = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
     prepared = {k: v.clone() for k, v in raw.items()}
@@ -107,6 +108,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
     from torch.distributed.device_mesh import init_device_mesh
 
     from ragen_lit.training.module import AgentRLModule, attach_fabric
+    from ragen_lit.training.sections import ModuleSections
 
     device = init_rank(rank, world, port)
     try:
@@ -114,7 +116,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
         mesh = init_device_mesh(device.type, (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
         for split, rows_of_rank in SPLITS.items():
             # as under Lightning: shard on the host-loaded module, then move the rest to the device
-            module = AgentRLModule(_cfg(model_dir, "trainer.strategy=fsdp"))
+            module = AgentRLModule(ModuleSections.of(_cfg(model_dir, "trainer.strategy=fsdp")))
             module._device_mesh = mesh
             module.configure_model()
             attach_fabric(module.to(device))
@@ -175,6 +177,7 @@ def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
 
     from ragen_lit.parallel import fsdp
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.sections import ModuleSections
 
     seen = {}
 
@@ -189,7 +192,10 @@ def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
         with_kwargs=True,
     )
     module = SimpleNamespace(
-        cfg=load_config(None, []), sharded=True, compiled=False, _fsdp=SimpleNamespace(scorer=lambda model: scorer)
+        cfg=ModuleSections.of(load_config(None, [])),
+        sharded=True,
+        compiled=False,
+        _fsdp=SimpleNamespace(scorer=lambda model: scorer),
     )
     mask = torch.ones(2, 3, dtype=torch.bool)
     batch = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": mask, "loss_mask": mask}

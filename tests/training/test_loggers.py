@@ -19,7 +19,7 @@ from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from ragen_lit.config import load_config
+from ragen_lit.config import ValidationConfig, load_config
 from ragen_lit.run.loggers import RunLogger, RunTensorBoardLogger, make_extra_loggers
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
 from ragen_lit.training.run_figures import RunFigures
@@ -76,9 +76,9 @@ class _UnreachableStore(RunLogger):
 
 def test_figures_reach_tensorboard_as_images_and_a_logger_that_fails_only_warns(tmp_path):
     tensorboard = RunTensorBoardLogger(tmp_path, resumed=False)
-    history = IterationLogger()
+    history = IterationLogger(empty_stop_steps=5)
     history.history = [{"iteration": i, "rollout/success": i / 4, "filter/kept_ratio": 0.5} for i in (1, 2)]
-    validation = ValidationRollouts()
+    validation = ValidationRollouts(ValidationConfig())
     validation.results = {0: {"val/success": 0.0}, 2: {"val/success": 0.5}}
     trainer = SimpleNamespace(
         is_global_zero=True,
@@ -86,7 +86,7 @@ def test_figures_reach_tensorboard_as_images_and_a_logger_that_fails_only_warns(
         current_epoch=2,
     )
     with pytest.warns(UserWarning, match=r"run figure \w+\.png not logged: ConnectionError: store down") as warned:
-        RunFigures(history, validation).on_train_end(trainer, SimpleNamespace(cfg=load_config(None)))
+        RunFigures(history, validation, "run").on_train_end(trainer, None)
     assert len(warned) == 2  # one per figure; the other logger took them all
     images = _tensorboard(tmp_path / "tensorboard")
     assert images.Tags()["images"] == ["figures/success", "figures/kept_ratio_rv"]

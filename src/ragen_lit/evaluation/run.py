@@ -237,6 +237,7 @@ def play(cfg: Config, where: str, seeds: list[int], options: EvaluateOptions, ev
     """K samples of every seed in one rollout call through `cfg`'s engine; returns its `EnvEvaluation`."""
     from ragen_lit.evaluation.report import evaluate_trajectories
     from ragen_lit.training.data import RolloutDataModule
+    from ragen_lit.training.sections import DataSections
 
     temperature = cfg.validation.temperature if options.temperature is None else options.temperature
     sampling_seed = cfg.validation.seed if options.seed is None else options.seed
@@ -244,7 +245,7 @@ def play(cfg: Config, where: str, seeds: list[int], options: EvaluateOptions, ev
     played_seeds = [seed for seed in seeds for _ in range(k)]
     positions = [i for i in range(len(seeds)) for _ in range(k)]
     started = time.perf_counter()
-    data = RolloutDataModule(cfg)
+    data = RolloutDataModule(DataSections.of(cfg))
     trajectories = data.run_rollouts(evaluated, played_seeds, positions, temperature, seed=sampling_seed)
     return evaluate_trajectories(
         trajectories,
