@@ -223,7 +223,10 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     import time
 
     from ragen_lit.config import ConfigError
-    from ragen_lit.run.folder import resolve_run_dir
+    from ragen_lit.run.folder import default_run_name, resolve_run_dir
+
+    def resolve(cfg):
+        return resolve_run_dir(cfg.logging, cfg.trainer, default_run_name(cfg))
 
     folders = []
     for name in ("frozenlake-ppo-top_p0.9-20260101-120000", "frozenlake-ppo-top_p0.9-20260101-120000-1"):
@@ -234,12 +237,12 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
         (ckpt / "meta.pt").write_bytes(b"x")
         time.sleep(0.05)
     fsdp = [f"logging.output_dir={tmp_path}", "trainer.strategy=fsdp"]
-    run_dir, ckpt, _ = resolve_run_dir(load_config(None, [*fsdp, "trainer.resume=last"]))
+    run_dir, ckpt, _ = resolve(load_config(None, [*fsdp, "trainer.resume=last"]))
     assert run_dir == folders[0].parent.parent and ckpt == str(folders[0])
-    run_dir, ckpt, _ = resolve_run_dir(load_config(None, [*fsdp, f"trainer.resume={folders[1]}"]))
+    run_dir, ckpt, _ = resolve(load_config(None, [*fsdp, f"trainer.resume={folders[1]}"]))
     assert run_dir == folders[1].parent.parent
     with pytest.raises(ConfigError, match="resume it with trainer.strategy=fsdp"):
-        resolve_run_dir(load_config(None, [f"logging.output_dir={tmp_path}", "trainer.resume=last"]))
+        resolve(load_config(None, [f"logging.output_dir={tmp_path}", "trainer.resume=last"]))
 
 
 @pytest.mark.parametrize(
