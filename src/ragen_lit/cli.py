@@ -230,11 +230,12 @@ def _warm_start_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
     preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
     from ragen_lit.run.console import quiet_third_party
+    from ragen_lit.training.sections import WarmStartSections
     from ragen_lit.training.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
-    record = warm_start(cfg, options)
+    record = warm_start(WarmStartSections.of(cfg), options)
     out = str(Path(options.out).expanduser().resolve())
     print(f"warm-started {record['source_model']} written to {out} (record: {out}/{RECORD})")
     print("continue with RL:\n  " + continue_command(args.config, args.overrides, out))

@@ -1,5 +1,6 @@
-"""The sections of a config that `fit`'s two Lightning objects read: `ModuleSections` for `AgentRLModule`,
-`DataSections` for `RolloutDataModule`. Each takes its bundle (`ModuleSections.of(cfg)`), not the whole `Config`."""
+"""The sections of a config that the training room's entries read: `ModuleSections` for `AgentRLModule`,
+`DataSections` for `RolloutDataModule` (the two Lightning objects of `fit`), `WarmStartSections` for `warm_start`.
+Each takes its bundle (`ModuleSections.of(cfg)`), not the whole `Config`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ragen_lit.config import (
     RolloutConfig,
     Sections,
     TrainerConfig,
+    ValidationConfig,
 )
 
 
@@ -45,4 +47,17 @@ class DataSections(Sections):
     filter: FilterConfig
     algo: AlgoConfig
     optim: OptimConfig
+    trainer: TrainerConfig
+
+
+@dataclass(frozen=True)
+class WarmStartSections(Sections):
+    """What `warm_start` reads: the model it fine-tunes (`model`), the env the expert plays with its episode limits
+    (`env`, `rollout`), the seeds and temperature it validates at (`validation`), the device and threads
+    (`trainer`)."""
+
+    model: ModelConfig
+    env: EnvConfig
+    rollout: RolloutConfig
+    validation: ValidationConfig
     trainer: TrainerConfig
