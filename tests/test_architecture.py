@@ -111,6 +111,10 @@ MAX_LINES_OF = {"training/module.py": 380}
 # The most modules the package's top level may hold besides `__init__.py` and `__main__.py`: a newcomer reads the
 # rooms' names, not a flat list of files.
 MAX_TOP_LEVEL_MODULES = 8
+# The most functions that may take a whole `Config`: the config's own checks, rendering and bundles (`Sections.of`),
+# the command line's `fit`, the checks of a whole config on this machine, what records or describes a whole run. Every
+# other function takes the sections it reads: one section, a `Sections` bundle of a few, or the opened `Run`.
+MAX_WHOLE_CONFIG_FUNCTIONS = 19
 
 
 def room_of(module: str) -> str:
@@ -251,6 +255,62 @@ def test_the_top_level_rule_sees_one_module_too_many(tmp_path, monkeypatch):
         assert f"{MAX_TOP_LEVEL_MODULES + 1} modules at the top level" in str(error) and "one_more.py" in str(error)
     else:
         raise AssertionError("the module past the limit was not reported")
+
+
+def _names_config(annotation: ast.expr | None) -> bool:
+    """`Config` or `Config | None`, written out or quoted: a whole config (a list of them is not one)."""
+    if annotation is None:
+        return False
+    quoted = isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)
+    text = annotation.value if quoted else ast.unparse(annotation)
+    return any(part.strip().rpartition(".")[2] == "Config" for part in text.split("|"))
+
+
+def whole_config_functions() -> list[str]:
+    """`module.function(parameter)` of every function with a parameter annotated `Config`, or named `cfg` and left
+    unannotated (the package's name for a config: unannotated, it would slip past the count)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            arguments = node.args
+            for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs):
+                if _names_config(arg.annotation) or (arg.annotation is None and arg.arg == "cfg"):
+                    found.append(f"{module_name(path)}.{node.name}({arg.arg})")
+                    break
+    return found
+
+
+def test_few_functions_take_the_whole_config():
+    found = whole_config_functions()
+    assert len(found) <= MAX_WHOLE_CONFIG_FUNCTIONS, (
+        f"{len(found)} functions take a whole Config, at most {MAX_WHOLE_CONFIG_FUNCTIONS}; give a room the sections "
+        "it reads (one section, or a `config.Sections` bundle of a few):\n" + "\n".join(found)
+    )
+
+
+def test_the_whole_config_count_sees_each_way_of_taking_one(tmp_path, monkeypatch):
+    """The count above sees a `Config` written out, quoted or optional and an unannotated `cfg`, and no section, bundle
+    or list of configs."""
+    package = tmp_path / "ragen_lit"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "m.py").write_text(
+        "def a(cfg: Config, other: Config): ...\n"
+        "def b(x, config: 'Config | None' = None): ...\n"
+        "def c(cfg): ...\n"
+        "def d(model: ModelConfig, cfg: ModuleSections, configs: list[Config], run: config.Run): ...\n"
+        "class E:\n"
+        "    def f(self, *, cfg: config.Config): ...\n"
+    )
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    assert whole_config_functions() == [
+        "ragen_lit.m.a(cfg)",
+        "ragen_lit.m.b(config)",
+        "ragen_lit.m.c(cfg)",
+        "ragen_lit.m.f(cfg)",
+    ]
 
 
 def test_the_module_graph_has_no_circle():

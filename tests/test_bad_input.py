@@ -306,5 +306,5 @@ def test_wandb_online_with_a_key_passes_the_check(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     import wandb
 
-    check_wandb_login(load_config(CONF, ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online"]))
+    check_wandb_login(load_config(CONF, ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online"]).logging)
     wandb.teardown()  # the login stays with the process otherwise

@@ -6,7 +6,18 @@ from pathlib import Path
 import pytest
 
 from ragen_lit.cli import main
-from ragen_lit.config import Config, ConfigError, EnvConfig, LoggingConfig, ModelConfig, load_config, render_yaml
+from ragen_lit.config import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    Sections,
+    TrainerConfig,
+    load_config,
+    render_yaml,
+)
 from ragen_lit.config.typed_fields import field_docs
 from ragen_lit.envs import ENV_CLASSES
 
@@ -59,6 +70,21 @@ def test_bad_overrides_name_key_value_and_allowed(override, message):
         load_config(None, [override])
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bundle(Sections):
+    algo: AlgoConfig
+    trainer: TrainerConfig
+
+
+def test_a_sections_bundle_holds_the_configs_own_sections_and_no_other():
+    cfg = load_config(None, ["algo=grpo"])
+    bundle = _Bundle.of(cfg)
+    assert bundle.algo is cfg.algo and bundle.trainer is cfg.trainer  # the same objects: an override shows in both
+    assert not hasattr(bundle, "model")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bundle.algo = AlgoConfig()
 
 
 def test_loggers_default_to_mlflow_and_take_the_others_in_any_order():

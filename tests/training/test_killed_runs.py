@@ -60,6 +60,7 @@ def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_t
     from ragen_lit.analysis.sweep_server import serving
     from ragen_lit.analysis.sweep_store import store_uri
     from ragen_lit.config import load_config
+    from ragen_lit.run.folder import default_run_name
     from ragen_lit.run.killed_runs import mark_killed
 
     out, store = tmp_path / "run", store_uri(tmp_path)
@@ -70,7 +71,8 @@ def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_t
     (run / "run.json").write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": store}))
     args = ["filter.strategy=none", f"logging.output_dir={out}", f"logging.tracking_uri={store}"]
     with serving(tmp_path) as server:
-        mark_killed(load_config(CONFIG, [*args, f"logging.tracking_server={server}"]))
+        cfg = load_config(CONFIG, [*args, f"logging.tracking_server={server}"])
+        mark_killed(cfg.logging, default_run_name(cfg))
     after = client.get_run(run_id)
     assert after.info.status == "KILLED" and after.data.tags[STOPPED_TAG].startswith(
         "killed: its process ended without closing the run, before its first checkpoint (found by a later fit at "

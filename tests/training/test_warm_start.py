@@ -29,7 +29,7 @@ def expert_loss(folder: str, options: list[str]) -> float:
     cfg = load_config(CONF, options)
     tokenizer = load_tokenizer(folder)
     expert = ExpertEngine(tokenizer, epsilon=0.45, seed=0)
-    episodes = expert_episodes(expert, ChatFormat(tokenizer), EnvSetup.from_config(cfg), SFT_SEED, 8)
+    episodes = expert_episodes(expert, ChatFormat(tokenizer), EnvSetup.of(cfg.env, cfg.rollout), SFT_SEED, 8)
     model = load_policy(folder, "float32")
     with torch.no_grad():
         return sft_loss(model, sft_batch(episodes, tokenizer.pad_token_id)).item()

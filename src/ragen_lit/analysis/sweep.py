@@ -85,7 +85,7 @@ from ragen_lit.analysis.sweep_run import (
 from ragen_lit.analysis.sweep_server import LOG_NAME as SERVER_LOG
 from ragen_lit.analysis.sweep_server import serving
 from ragen_lit.analysis.sweep_store import check_store, prepare_store, run_store, store_path, store_uri
-from ragen_lit.config import Config, load_config, render_yaml
+from ragen_lit.config import Config, TrainerConfig, load_config, render_yaml
 from ragen_lit.config.overrides import parse_overrides
 from ragen_lit.errors import ConfigError
 
@@ -219,13 +219,13 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
 
 
-def placement(cfg: Config, slot: Slot) -> dict[str, object]:
-    """The `trainer` settings of a run in `slot`, on top of its config: the CPU, or its GPU alone with the slot's share
-    of the card's memory where several runs share it (a grid's own cap wins)."""
+def placement(trainer: TrainerConfig, slot: Slot) -> dict[str, object]:
+    """The `trainer` settings of a run in `slot`, on top of its own (`trainer`): the CPU, or its GPU alone with the
+    slot's share of the card's memory where several runs share it (a grid's own cap wins)."""
     if slot.gpu is None:
         return {"accelerator": "cpu"}
     placed: dict[str, object] = {"accelerator": "gpu", "devices": 1}
-    if slot.memory_share is not None and not cfg.trainer.gpu_memory_fraction:
+    if slot.memory_share is not None and not trainer.gpu_memory_fraction:
         placed["gpu_memory_fraction"] = slot.memory_share
     return placed
 
@@ -237,7 +237,7 @@ def placed(cfg: Config, threads: int, pool: list[Slot] | None = None) -> Config:
     trainer = dataclasses.replace(cfg.trainer, threads=threads)
     if pool:
         slot = min(pool, key=lambda slot: slot.memory_share or 1.0)
-        trainer = dataclasses.replace(trainer, **placement(cfg, slot))
+        trainer = dataclasses.replace(trainer, **placement(trainer, slot))
     return dataclasses.replace(cfg, trainer=trainer)
 
 
@@ -245,7 +245,7 @@ def launch(spec: RunSpec, slot: Slot, server: str | None = None) -> subprocess.P
     """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
     would stack every CPU run on GPU 0); `server`: the sweep's MLflow server."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
-    overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config, slot).items()]
+    overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config.trainer, slot).items()]
     return start_attempt(spec.folder, overrides, env, slot.cores, server)
 
 

@@ -53,7 +53,7 @@ def check_runs(specs: list, configure: Callable[[Config], Config] | None) -> Non
         checked.add(spec.point)
         try:
             if configure is None:
-                check_env(spec.config)
+                check_env(spec.config.env, spec.config.rollout)
             else:
                 preflight(configure(spec.config))
         except ConfigError as error:

@@ -135,11 +135,12 @@ def sampled_reasoning(trajectory, turn) -> list[int] | str:
 
 
 class CollapseDiagnostics(nn.Module):
-    """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
+    """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module), computed as the config's
+    `diagnostics` section asks."""
 
-    def __init__(self, cfg):
+    def __init__(self, diagnostics):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = diagnostics
         # on the host (see `_apply`); the states sync over ranks through the backend's device
         self.first_turn = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)
         self.trajectory = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)

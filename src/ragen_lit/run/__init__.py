@@ -1,5 +1,7 @@
 """A run's life outside the RL itself, one module per concept:
 
+- its entrance: `opening` (`open_run`, which `fit` calls once: the folder, its lock, the record and the store,
+  handed back as `folder.Run`, what the loggers, the callbacks and the end-of-run record take instead of the config);
 - before it starts: `preflight` (installed packages, local paths, one built env, then `bounds`: this machine's, the
   model's and the env's);
 - its folder and record: `folder` (which folder a `fit` trains, `run.json`, the resume rules, the end-of-run

@@ -9,6 +9,10 @@ from __future__ import annotations
 import logging
 import re
 import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragen_lit.config import Config
 
 # Lightning's rank-zero INFO lines: the device inventory, advertisements for its cloud services, the note that the
 # last iteration ran (the summary says so), and its advice on float32 matrix products on tensor cores (set on purpose
@@ -72,7 +76,7 @@ def run_device(trainer, weights) -> str:
     return f"{name}, {dtype} weights, {trainer.precision}"
 
 
-def describe_run(cfg, trainer, run_dir) -> str:
+def describe_run(cfg: Config, trainer, run_dir) -> str:
     """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder, and the
     folders in it that the loggers besides MLflow write to."""
     from ragen_lit.run.loggers import logger_folder

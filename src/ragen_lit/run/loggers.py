@@ -1,8 +1,8 @@
 """A run's Lightning loggers: `RunLogger`, MLflow's, which holds the run's record (`make_logger` opens it for a run),
 and the loggers `logging.loggers` adds beside it (`make_extra_loggers`), each writing inside the run folder, so that
-a resumed run goes on where it wrote before. The callbacks log every metric to each of them; `fit` gives each the
-resolved config at the start of every process, and the end-of-run summary (`log_summary`); `RunFigures` gives those
-that take pictures the run's figures.
+a resumed run goes on where it wrote before; both are made from the opened run (`run.folder.Run`). The callbacks log
+every metric to each of them; `fit` gives each the resolved config at the start of every process, and the end-of-run
+summary (`log_summary`); `RunFigures` gives those that take pictures the run's figures.
 
 `RunLogger` writes each (key, step) of its run at most once, and marks the run FINISHED only when `fit` says every
 end-of-run record is written. A resumed run starts again from its last checkpoint, so it recomputes and logs again the
@@ -44,9 +44,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
-from ragen_lit.config import Config
 from ragen_lit.errors import error_chain
-from ragen_lit.run.folder import default_run_name
+from ragen_lit.run.folder import Run
 from ragen_lit.run.store import ensure_experiment, tracking_uri
 
 TENSORBOARD_FOLDER = "tensorboard"
@@ -110,18 +109,18 @@ class RunLogger(MLFlowLogger):
         return self._refused
 
 
-def make_logger(cfg: Config, run_dir: Path, info: dict):
-    """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
+def make_logger(run: Run) -> RunLogger:
+    """The run's MLflow logger: a new MLflow run, or the one its run.json names; `fit` logs the config to it."""
     if rank_zero_only.rank == 0:
-        ensure_experiment(cfg)
+        ensure_experiment(run.logging)
     logger = RunLogger(
-        experiment_name=cfg.logging.experiment,
-        run_name=default_run_name(cfg),
-        tracking_uri=tracking_uri(cfg),
-        run_id=info.get("mlflow_run_id"),
-        tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
+        experiment_name=run.logging.experiment,
+        run_name=run.name,
+        tracking_uri=tracking_uri(run.logging),
+        run_id=run.record.get("mlflow_run_id"),
+        tags={str(k): str(v) for k, v in run.logging.tags.items()} or None,
     )
-    if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
+    if run.record.get("mlflow_run_id") and rank_zero_only.rank == 0:
         # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
         logger.experiment.update_run(logger.run_id, status="RUNNING")
         if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
@@ -178,13 +177,13 @@ def folders_in(run_dir: Path) -> dict[str, Path]:
     return {name: run_dir / folder for name, folder in FOLDERS.items()}
 
 
-def _wandb_logger(cfg: Config, run_dir: Path, run_id: str | None, verbose: bool) -> WandbLogger:
+def _wandb_logger(run: Run, run_id: str | None, verbose: bool) -> WandbLogger:
     logger = WandbLogger(
-        name=default_run_name(cfg),
-        save_dir=str(run_dir),
+        name=run.name,
+        save_dir=str(run.folder),
         id=run_id,
-        project=cfg.logging.experiment,
-        mode=cfg.logging.wandb_mode,  # wandb.init's `mode` wins over WANDB_MODE
+        project=run.logging.experiment,
+        mode=run.logging.wandb_mode,  # wandb.init's `mode` wins over WANDB_MODE
         settings={"silent": not verbose},  # its banner, sparklines and sync advice; `fit` says where the run is
     )
     # Lightning passes wandb.init `anonymous=None`, which wandb answers with a warning that it has no effect
@@ -192,19 +191,17 @@ def _wandb_logger(cfg: Config, run_dir: Path, run_id: str | None, verbose: bool)
     return logger
 
 
-def make_extra_loggers(
-    cfg: Config, run_dir: Path, run_id: str | None, resumed: bool, verbose: bool = False
-) -> list[Logger]:
-    """The loggers `logging.loggers` names besides mlflow, in its order. `run_id`: the MLflow run's (W&B's id);
-    `resumed`: this process continues the run from a checkpoint; `verbose`: W&B prints its own console lines."""
+def make_extra_loggers(run: Run, run_id: str | None, verbose: bool = False) -> list[Logger]:
+    """The loggers `logging.loggers` names besides mlflow, in its order, in the run's folder (a resumed run's go on
+    from its checkpoint). `run_id`: the MLflow run's (W&B's id); `verbose`: W&B prints its own console lines."""
     made: list[Logger] = []
-    for name in cfg.logging.loggers:
+    for name in run.logging.loggers:
         if name == "tensorboard":
-            made.append(RunTensorBoardLogger(run_dir, resumed))
+            made.append(RunTensorBoardLogger(run.folder, resumed=run.resume_from is not None))
         elif name == "csv":
-            made.append(CSVLogger(run_dir, name=CSV_FOLDER, flush_logs_every_n_steps=1))
+            made.append(CSVLogger(run.folder, name=CSV_FOLDER, flush_logs_every_n_steps=1))
         elif name == "wandb":
-            made.append(_wandb_logger(cfg, run_dir, run_id, verbose))
+            made.append(_wandb_logger(run, run_id, verbose))
     return made
 
 

@@ -20,7 +20,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from ragen_lit.config import Config, ConfigError
+from ragen_lit.config import ConfigError, LoggingConfig
 
 STORE_NAME = "mlruns.db"
 """The default MLflow store: an sqlite file in `logging.output_dir`."""
@@ -29,46 +29,46 @@ SERVER_TIMEOUT_S = 10
 """how long a tracking server may take to answer its health check"""
 
 
-def store_uri(cfg: Config) -> str:
+def store_uri(logging: LoggingConfig) -> str:
     """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
-    if cfg.logging.tracking_uri:
-        return cfg.logging.tracking_uri
-    store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
+    if logging.tracking_uri:
+        return logging.tracking_uri
+    store = Path(logging.output_dir).resolve() / STORE_NAME
     store.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{store}"
 
 
-def tracking_uri(cfg: Config) -> str:
+def tracking_uri(logging: LoggingConfig) -> str:
     """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
-    return cfg.logging.tracking_server or store_uri(cfg)
+    return logging.tracking_server or store_uri(logging)
 
 
-def artifact_location(cfg: Config) -> str | None:
+def artifact_location(logging: LoggingConfig) -> str | None:
     """Where the experiment keeps its artifacts: `<output_dir>/artifacts` for the default sqlite store, so a
     run writes nothing outside `logging.output_dir` (MLflow's default is `./mlruns` of the current directory);
     None, i.e. MLflow's own default, under a user-given tracking URI."""
-    if cfg.logging.tracking_uri:
+    if logging.tracking_uri:
         return None
-    return (Path(cfg.logging.output_dir).resolve() / "artifacts").as_uri()
+    return (Path(logging.output_dir).resolve() / "artifacts").as_uri()
 
 
-def ensure_experiment(cfg: Config) -> None:
+def ensure_experiment(logging: LoggingConfig) -> None:
     """Create the experiment with `artifact_location` unless it exists (an existing one keeps its location:
     MLflow cannot move it). Rank zero only: the other ranks start after it and must not race it."""
-    location = artifact_location(cfg)
+    location = artifact_location(logging)
     if location is None:
         return
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri(cfg))
-    if client.get_experiment_by_name(cfg.logging.experiment) is not None:
+    client = MlflowClient(tracking_uri=tracking_uri(logging))
+    if client.get_experiment_by_name(logging.experiment) is not None:
         return
     try:
-        client.create_experiment(cfg.logging.experiment, artifact_location=location)
+        client.create_experiment(logging.experiment, artifact_location=location)
     except MlflowException:
         # another run on the same store created it in between; any other failure still surfaces
-        if client.get_experiment_by_name(cfg.logging.experiment) is None:
+        if client.get_experiment_by_name(logging.experiment) is None:
             raise
 
 
@@ -111,11 +111,11 @@ def check_sqlite_database(path: Path, key: str, mode: str = "ro") -> None:
         ) from None
 
 
-def sqlite_store(cfg: Config) -> tuple[Path, str] | None:
+def sqlite_store(logging: LoggingConfig) -> tuple[Path, str] | None:
     """(file, the key that names it) of an sqlite tracking store; None for any other kind of store."""
-    if cfg.logging.tracking_uri is None:
-        return Path(cfg.logging.output_dir).resolve() / STORE_NAME, f"logging.output_dir={cfg.logging.output_dir!r}"
-    uri = cfg.logging.tracking_uri
+    if logging.tracking_uri is None:
+        return Path(logging.output_dir).resolve() / STORE_NAME, f"logging.output_dir={logging.output_dir!r}"
+    uri = logging.tracking_uri
     path = uri[len(_SQLITE_PREFIX) :].split("?")[0] if uri.startswith(_SQLITE_PREFIX) else ""
     return (Path(path), f"logging.tracking_uri={uri!r}") if path else None
 
@@ -135,20 +135,20 @@ def check_server(url: str, key: str) -> None:
     )
 
 
-def open_store(cfg: Config) -> None:
+def open_store(logging: LoggingConfig) -> None:
     """Check the output folder, the sqlite store and the server in front of it, then open the store and create the
     experiment in it."""
-    check_folder(Path(cfg.logging.output_dir).resolve(), f"logging.output_dir={cfg.logging.output_dir!r}")
-    store = sqlite_store(cfg)
+    check_folder(Path(logging.output_dir).resolve(), f"logging.output_dir={logging.output_dir!r}")
+    store = sqlite_store(logging)
     if store is not None:
         check_sqlite_store(*store)
-    if cfg.logging.tracking_server:
-        check_server(cfg.logging.tracking_server, f"logging.tracking_server={cfg.logging.tracking_server!r}")
+    if logging.tracking_server:
+        check_server(logging.tracking_server, f"logging.tracking_server={logging.tracking_server!r}")
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        ensure_experiment(cfg)
+        ensure_experiment(logging)
     except (MlflowException, SQLAlchemyError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"MLflow store {tracking_uri(cfg)} cannot be opened: {first_line}") from None
+        raise ConfigError(f"MLflow store {tracking_uri(logging)} cannot be opened: {first_line}") from None

@@ -26,7 +26,6 @@ import lightning as L
 import torch
 
 from ragen_lit.algos import actor_loss, value_loss
-from ragen_lit.config import Config
 from ragen_lit.logprobs import HostMasks, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
@@ -40,10 +39,11 @@ from ragen_lit.training.batch import collate, planned_micro_batches, select_rows
 from ragen_lit.training.build_models import build_models, check_trainable_state, frozen_copy, frozen_keys
 from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
+from ragen_lit.training.sections import ModuleSections
 
 
 class AgentRLModule(L.LightningModule):
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: ModuleSections):
         super().__init__()
         self.cfg = cfg
         self._logprob_gap = prepare.LogprobGap(cfg.rollout.engine)
@@ -51,7 +51,7 @@ class AgentRLModule(L.LightningModule):
         self.model_path = resolve_model_path(cfg.model)
         self.tokenizer, self.chat = load_chat(cfg.model, self.model_path)  # model.chat_template applied
         self.pad_token_id = int(self.tokenizer.pad_token_id)
-        self.policy, self.critic = build_models(cfg, self.model_path)
+        self.policy, self.critic = build_models(cfg.model, cfg.trainer, cfg.algo.advantage, self.model_path)
         if cfg.model.lora.r > 0:  # checkpoints leave the frozen base weights out; `on_load_checkpoint` checks the rest
             self.strict_loading = False
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints. Under LoRA the
@@ -215,9 +215,9 @@ class AgentRLModule(L.LightningModule):
             self._fsdp.reshard()
         if batch is None:
             # whitening sums over all ranks' rows: this rank adds its (empty) share, or the others would wait
-            prepare.advantages_of(self.cfg, prepare.no_rows(self.device))
+            prepare.advantages_of(self.cfg.algo, prepare.no_rows(self.device))
             return {}
-        return prepare.finish_batch(self.cfg, batch, parts, keep_ratio, self._logprob_gap)
+        return prepare.finish_batch(self.cfg.algo, self.cfg.filter, batch, parts, keep_ratio, self._logprob_gap)
 
     # -- diagnostics (`RolloutDataModule` calls them on every iteration's rollouts) ---------------------
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
@@ -255,7 +255,7 @@ class AgentRLModule(L.LightningModule):
             num_buckets,
             micro_batches=lambda rows: self._micro_batches(select_rows(batch, rows.to(device))),
             score=lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
-            loss_settings=steps.loss_settings(self.cfg),
+            loss_settings=steps.loss_settings(self.cfg.algo, self.cfg.rollout),
             sharded=self.sharded,
         )
 
@@ -290,7 +290,7 @@ class AgentRLModule(L.LightningModule):
         if imbalance is not None:
             self._record("parallel/token_imbalance", imbalance)
         micros = self._micro_batches(minibatch)  # the actor's and the critic's
-        settings, entropy_bonus = steps.loss_settings(self.cfg), self.cfg.algo.entropy_coef > 0
+        settings, entropy_bonus = steps.loss_settings(self.cfg.algo, self.cfg.rollout), self.cfg.algo.entropy_coef > 0
         # the speed path: the old log-probs from this update's own scores, which then carry the entropy
         own = steps.OldPolicyFromUpdate() if self.old_logprobs_in_update else None
 

@@ -9,16 +9,15 @@ import time
 
 import torch
 
-from ragen_lit.config import Config
+from ragen_lit.config import AlgoConfig, RolloutConfig
 from ragen_lit.logprobs import LogProbs
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.batch import merge_micro_batches
 from ragen_lit.training.prepare import LogprobGap, masked_mean
 
 
-def loss_settings(cfg: Config) -> dict:
-    """`actor_loss`'s settings from `algo.*`; Dr.GRPO's constant length is the whole response budget."""
-    a, r = cfg.algo, cfg.rollout
+def loss_settings(a: AlgoConfig, r: RolloutConfig) -> dict:
+    """`actor_loss`'s settings from `algo.*`; Dr.GRPO's constant length is the whole response budget (`rollout.*`)."""
     return {
         "clip_low": a.clip_low,
         "clip_high": a.clip_high,
