@@ -72,9 +72,10 @@ def main() -> None:
         parser.error(
             f"--extra-envs {unknown[0]!r} is not an environment beyond the built-in four; allowed: {', '.join(allowed)}"
         )
+    configs = [load_config(str(CONF / f"{e}.yaml")) for e in extra]
     recipe = dataclasses.replace(
         defaults,
-        extra_envs=tuple(EnvSetup.from_config(load_config(str(CONF / f"{e}.yaml"))) for e in extra),
+        extra_envs=tuple(EnvSetup.of(c.env, c.rollout) for c in configs),
         **{name: getattr(args, name) for name in RECIPE_OPTIONS},
     )
     folder = build_tiny_model(args.out, force=args.force, recipe=recipe)

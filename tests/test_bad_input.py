@@ -225,9 +225,9 @@ def test_a_config_path_that_is_a_folder_is_one_line(tmp_path, monkeypatch, capsy
 def test_a_generation_batch_the_memory_cannot_hold_names_the_batch_size(tmp_path, monkeypatch, capsys):
     """On a machine with 100 MiB available, 128 episodes fit on the host (16 MiB) but a batch of 128 sequences of
     2048 tokens holds 128 MiB of the tiny model's keys and values in float32 (1 MiB each): at most 100 fit."""
-    from ragen_lit import machine_bounds
+    from ragen_lit.run import bounds
 
-    monkeypatch.setattr(machine_bounds, "available_memory", lambda: 100 * 1024**2)
+    monkeypatch.setattr(bounds, "available_memory", lambda: 100 * 1024**2)
     small = ["validation.num_envs=64", "rollout.max_batch_size=512"]
     code = main(["fit", "--config", CONF, f"logging.output_dir={tmp_path / 'out'}", *small])
     err = capsys.readouterr().err
@@ -299,12 +299,12 @@ def test_a_malformed_wandb_key_is_one_line_before_any_work(tmp_path, monkeypatch
 def test_wandb_online_with_a_key_passes_the_check(tmp_path, monkeypatch):
     """A configured key is enough: the check does not ask the server (no network here)."""
     from ragen_lit.config import load_config
-    from ragen_lit.preflight import check_wandb_login
+    from ragen_lit.run.preflight import check_wandb_login
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     import wandb
 
-    check_wandb_login(load_config(CONF, ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online"]))
+    check_wandb_login(load_config(CONF, ["logging.loggers=[mlflow,wandb]", "logging.wandb_mode=online"]).logging)
     wandb.teardown()  # the login stays with the process otherwise

@@ -6,9 +6,20 @@ from pathlib import Path
 import pytest
 
 from ragen_lit.cli import main
-from ragen_lit.config import Config, ConfigError, EnvConfig, LoggingConfig, ModelConfig, load_config, render_yaml
+from ragen_lit.config import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    Sections,
+    TrainerConfig,
+    load_config,
+    render_yaml,
+)
+from ragen_lit.config.typed_fields import field_docs
 from ragen_lit.envs import ENV_CLASSES
-from ragen_lit.typed_fields import field_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +70,21 @@ def test_bad_overrides_name_key_value_and_allowed(override, message):
         load_config(None, [override])
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bundle(Sections):
+    algo: AlgoConfig
+    trainer: TrainerConfig
+
+
+def test_a_sections_bundle_holds_the_configs_own_sections_and_no_other():
+    cfg = load_config(None, ["algo=grpo"])
+    bundle = _Bundle.of(cfg)
+    assert bundle.algo is cfg.algo and bundle.trainer is cfg.trainer  # the same objects: an override shows in both
+    assert not hasattr(bundle, "model")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bundle.algo = AlgoConfig()
 
 
 def test_loggers_default_to_mlflow_and_take_the_others_in_any_order():
@@ -293,7 +319,7 @@ def test_giving_both_names_of_a_renamed_key_is_refused_in_one_line(tmp_path):
 
 
 def test_every_field_has_a_docstring():
-    from ragen_lit.typed_fields import field_docs
+    from ragen_lit.config.typed_fields import field_docs
 
     for section in dataclasses.fields(Config):
         cls = type(getattr(Config(), section.name))
@@ -327,8 +353,8 @@ def test_choice_lists_have_one_source():
 
 
 def test_env_name_doc_lists_every_registered_env():
+    from ragen_lit.config.typed_fields import field_docs
     from ragen_lit.envs import ENV_CLASSES
-    from ragen_lit.typed_fields import field_docs
 
     doc = field_docs(EnvConfig)["name"]
     assert sorted(doc.removeprefix("environment: ").split(" | ")) == sorted(ENV_CLASSES)

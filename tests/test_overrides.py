@@ -9,8 +9,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from ragen_lit.config.overrides import parse_overrides, quoted_override
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides, quoted_override
 
 # what a path or a name may hold: printable text with quotes, '=', commas, brackets and non-ASCII letters
 TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=40)

@@ -11,7 +11,7 @@ import pytest
 
 from ragen_lit.cli import main
 from ragen_lit.config import load_config
-from ragen_lit.preflight import check_env
+from ragen_lit.run.preflight import check_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "conf" / "paper"
@@ -33,7 +33,7 @@ def test_one_recipe_per_paper_env_and_algorithm():
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_paper_recipe_loads_prints_and_has_the_papers_settings(path, tmp_path, capsys):
     cfg = load_config(str(path))
-    check_env(cfg)  # the env options build an env
+    check_env(cfg.env, cfg.rollout)  # the env options build an env
     lines = path.read_text().splitlines()
     assert lines[0] == f"# python -m ragen_lit fit --config conf/paper/{path.name}"
     assert "GPU" in lines[1] and "model.path=" in lines[1]

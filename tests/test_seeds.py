@@ -15,6 +15,7 @@ from ragen_lit.metrics import collapse
 from ragen_lit.seeds import DIAGNOSTIC_DRAWS, MINIBATCH_ORDER, ROLLOUT_SAMPLING, derive_seed
 from ragen_lit.training import data
 from ragen_lit.training.data import ROUND_SEED_STRIDE, RolloutDataModule
+from ragen_lit.training.sections import DataSections
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ class RecordingRollouts(RolloutDataModule):
 
 def test_the_rollouts_of_each_sampling_round_get_todays_seed():
     cfg = load_config(None, ["algo=dapo", "algo.max_sampling_rounds=3", "trainer.seed=3", "rollout.groups=2"])
-    rollouts = RecordingRollouts(cfg)
+    rollouts = RecordingRollouts(DataSections.of(cfg))
     rollouts.sample(None, iteration=5)  # no group has reward variance: all 3 rounds run
     assert rollouts.sampling_seeds == [300014, 100300014, 200300014]
 
@@ -59,7 +60,7 @@ def test_the_minibatch_order_gets_todays_seed(monkeypatch):
     seeds = []
     monkeypatch.setattr(data, "plan_minibatches", lambda *args: seeds.append(args[-1].initial_seed()) or [])
     monkeypatch.setattr(data, "collate", lambda *args, **kwargs: {})
-    rollouts = RecordingRollouts(load_config(None, ["trainer.seed=12345", "rollout.groups=2"]))
+    rollouts = RecordingRollouts(DataSections.of(load_config(None, ["trainer.seed=12345", "rollout.groups=2"])))
     rollouts.select = lambda sampled: (list(range(len(sampled))), {"filter/kept_ratio": 1.0})
     module = types.SimpleNamespace(
         device=torch.device("cpu"),

@@ -22,6 +22,7 @@ from ragen_lit.config import load_config
 from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.training.data import RolloutDataModule, plan_minibatches
 from ragen_lit.training.module import AgentRLModule, attach_fabric
+from ragen_lit.training.sections import DataSections, ModuleSections
 
 
 def timed_update(module: AgentRLModule, trajectories, keep_rows, cfg, repeats: int) -> tuple[float, int, int]:
@@ -65,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
-    module = attach_fabric(AgentRLModule(cfg))  # `update` without a Trainer
-    data = RolloutDataModule(cfg)
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)))  # `update` without a Trainer
+    data = RolloutDataModule(DataSections.of(cfg))
     seeds, groups = data.train_seeds(0)
     t0 = time.perf_counter()
     trajectories = data.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=0)

@@ -81,6 +81,7 @@ from ragen_lit.engines.hf import HFEngine
 from ragen_lit.training.batch import micro_batch_rows
 from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule
+from ragen_lit.training.sections import DataSections, ModuleSections
 
 DIAGNOSTICS_EVERY = 2  # the bench's schedule: iteration 2 is a warm diagnostics iteration
 # --shape: config overrides on top of the bench's own. "trl": the single-turn GRPO shape of TRL's GRPOTrainer
@@ -240,8 +241,8 @@ def _run(args, save, folder: str) -> dict:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     L.seed_everything(cfg.trainer.seed, verbose=False)
-    module = AgentRLModule(cfg)
-    data = RolloutDataModule(cfg)
+    module = AgentRLModule(ModuleSections.of(cfg))
+    data = RolloutDataModule(DataSections.of(cfg))
     progress(f"model written to {folder} and loaded; fit of {args.iterations} iterations")
     clock = Clock(device)
     probe = PipelineProbe(clock, module, data, profile_iteration=args.iterations if args.profile_phases else None)

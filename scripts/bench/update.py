@@ -47,6 +47,7 @@ from ragen_lit.config import load_config
 from ragen_lit.training.batch import micro_batch_rows, select_rows
 from ragen_lit.training.data import plan_minibatches
 from ragen_lit.training.module import AgentRLModule, attach_fabric
+from ragen_lit.training.sections import ModuleSections
 
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
 
@@ -120,7 +121,7 @@ def run_variant(args) -> dict:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
-    module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)).to(device))  # `update` without a Trainer
     module.configure_model()
     config = module.policy.config
     vocab = min(config.vocab_size, 32768)

@@ -128,7 +128,7 @@ MASKED_ATTENTION_KERNELS = ("auto", "efficient")
 # (`models.prefix_attention`); the others are masked sdpa over gathered prefixes
 SCORER_ATTENTION = ("varlen", *MASKED_ATTENTION_KERNELS)
 
-# -- experiment trackers (`training.loggers`) ---------------------------------------------------------------
+# -- experiment trackers (`run.loggers`) --------------------------------------------------------------------
 # the Lightning loggers `logging.loggers` may name; MLflow holds the run's record and is always among them
 LOGGERS = ("mlflow", "tensorboard", "csv", "wandb")
 WANDB_MODES = ("offline", "online")

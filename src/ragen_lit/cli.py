@@ -5,105 +5,80 @@ User mistakes end with one clear line."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import functools
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # nothing heavier at module level: `--help` and a config that fails to load answer before torch, transformers or
 # Lightning would have loaded (each command imports what it uses; scripts/bench_cli.py measures it)
-from ragen_lit.config import Config, ConfigError, load_config, render_yaml
+from ragen_lit.config import Config, ConfigError, TrainerConfig, load_config, render_yaml
+from ragen_lit.config.typed_fields import add_option_flags
 from ragen_lit.errors import RunError
-from ragen_lit.typed_fields import add_option_flags
 
-_RUN_DIR_ENV = "RAGEN_LIT_RUN_DIR"
+if TYPE_CHECKING:  # the run's modules load with `fit`, after its checks
+    from ragen_lit.run.folder import Run
 
 
 def fit(cfg: Config, verbose: bool = False) -> dict[str, float]:
     """Train; returns the end-of-run summary. `verbose` keeps third-party INFO lines, tips and warnings."""
-    from ragen_lit.preflight import preflight
+    from ragen_lit.run.preflight import preflight
 
     started = time.perf_counter()
     preflight(cfg)  # first: a mistake is refused before torch, Lightning or transformers are imported
     import torch
-    from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.killed_runs import mark_killed
-    from ragen_lit.run_lock import hold, resolve_held
-    from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.training.tracking import check_resume, finished_message, finished_run, resolve_run_dir
+    from ragen_lit.config import to_dict
+    from ragen_lit.run.console import quiet_third_party
+    from ragen_lit.run.folder import default_run_name, finished_message
+    from ragen_lit.run.opening import open_run
 
     quiet_third_party(verbose)
-    rank_zero = rank_zero_only.rank == 0
-    with contextlib.ExitStack() as held:  # the run folder's lock (`run_lock`) and this process's settings, undone
-        # one process trains a run folder: a resumed run's is held from here, a new run's once made (below); the
-        # other ranks train rank zero's
-        resolve = functools.partial(resolve_run_dir, cfg)
-        try:
-            run_dir, ckpt_path, info, lock = resolve_held(resolve) if rank_zero else (*resolve(), None)
-            if lock is not None:
-                held.enter_context(lock)
-        finally:  # refused or not: the runs of this name a kill left RUNNING say so (this one, held now, is not)
-            if rank_zero:
-                mark_killed(cfg)
-        changes = check_resume(cfg, run_dir, info) if ckpt_path else {}
-        finished = finished_run(cfg, info) if ckpt_path else None
-        if finished:
-            print(finished_message(run_dir, finished))
-            return finished["summary"]
-        if rank_zero:  # the other ranks start after rank zero opened it
-            from ragen_lit.training.store import open_store
-
-            open_store(cfg)  # last: a run refused above leaves no store behind
+    # the run opens once, here: its folder (held by this process until the block ends), its record, its store
+    with open_run(cfg.logging, cfg.trainer, default_run_name(cfg), to_dict(cfg)) as run:
+        if run.finished:
+            print(finished_message(run.folder, run.finished))
+            return run.finished["summary"]
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         torch.set_float32_matmul_precision(cfg.trainer.matmul_precision)
-        # ranks launched by Lightning re-run this command: they must share rank 0's run folder
-        inherited = os.environ.get(_RUN_DIR_ENV)
-        if inherited:
-            run_dir = Path(inherited)
-        else:
-            os.environ[_RUN_DIR_ENV] = str(run_dir)
-            held.callback(os.environ.pop, _RUN_DIR_ENV, None)
-        if rank_zero and lock is None:
-            held.enter_context(hold(run_dir))
-        return _fit(cfg, run_dir, ckpt_path, info, changes, started, verbose)
+        return _fit(cfg, run, started, verbose)
 
 
-def _fit(
-    cfg: Config, run_dir: Path, ckpt_path: str | None, info: dict, changes: dict, started: float, verbose: bool
-) -> dict[str, float]:
+def _fit(cfg: Config, run: Run, started: float, verbose: bool) -> dict[str, float]:
+    """`fit`'s training of the opened `run`: the module and the data from their sections, the loggers and the
+    callbacks from `run`, then the Trainer; the summary at the end, or a machine's fault in one line."""
     import lightning as L
     from lightning.pytorch.utilities import rank_zero_only
 
-    from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER
     from ragen_lit.config import flat_dict
-    from ragen_lit.provenance import run_tags
-    from ragen_lit.training.alarm import CollapseAlarmCallback
-    from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
-    from ragen_lit.training.console import describe_run, run_device
-    from ragen_lit.training.data import RolloutDataModule
-    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
-    from ragen_lit.training.loggers import (
+    from ragen_lit.run.checkpoint_writer import IterationCheckpoint
+    from ragen_lit.run.console import describe_run, run_device
+    from ragen_lit.run.faults import machine_fault, mlflow_status, stopped_message, where_stopped
+    from ragen_lit.run.folder import format_summary, record_finished, summarize, write_run_info
+    from ragen_lit.run.loggers import (
         close_extra_loggers,
         folders_in,
         log_summary,
         make_extra_loggers,
+        make_logger,
         where_logged,
     )
+    from ragen_lit.run.provenance import run_tags
+    from ragen_lit.training.alarm import CollapseAlarmCallback
+    from ragen_lit.training.callbacks import IterationLogger, IterationProgressBar, ValidationRollouts
+    from ragen_lit.training.data import RolloutDataModule
     from ragen_lit.training.module import AgentRLModule
-    from ragen_lit.training.run_faults import machine_fault, mlflow_status, stopped_message, where_stopped
     from ragen_lit.training.run_figures import RunFigures
-    from ragen_lit.training.tracking import format_summary, make_logger, record_finished, summarize, write_run_info
+    from ragen_lit.training.sections import DataSections, ModuleSections
 
     L.seed_everything(cfg.trainer.seed, verbose=False)
-    module = AgentRLModule(cfg)
-    data = RolloutDataModule(cfg, run_dir)
-    logger = make_logger(cfg, run_dir, info)
-    extra = make_extra_loggers(cfg, run_dir, logger.run_id, ckpt_path is not None, verbose)
+    module = AgentRLModule(ModuleSections.of(cfg))
+    data = RolloutDataModule(DataSections.of(cfg), run.rollouts)
+    logger = make_logger(run)
+    extra = make_extra_loggers(run, logger.run_id, verbose)
     config = {**flat_dict(cfg), "model.resolved_path": module.model_path}
     rank_zero = rank_zero_only.rank == 0
     trainer, logged_at = None, []
@@ -111,33 +86,35 @@ def _fit(
         if rank_zero:
             # MLflow's params are written once, by the run's first process (they cannot change); the other loggers
             # take the config each process follows
-            for each in extra if info.get("mlflow_run_id") else [logger, *extra]:
+            for each in extra if run.record.get("mlflow_run_id") else [logger, *extra]:
                 each.log_hyperparams(config)
-            write_run_info(run_dir, cfg, logger, info, ckpt_path, changes)
-        iteration_logger, validation = IterationLogger(started), ValidationRollouts()
-        run_figures = RunFigures(iteration_logger, validation)
-        checkpoints = IterationCheckpoint(run_dir / CHECKPOINT_FOLDER, cfg.trainer.checkpoint_every)
+            write_run_info(run, logger)
+        iteration_logger = IterationLogger(cfg.filter.empty_stop_steps, started)
+        validation = ValidationRollouts(cfg.validation)
+        run_figures = RunFigures(iteration_logger, validation, run.name)
+        checkpoints = IterationCheckpoint(run.checkpoints, run.checkpoint_every)
         # the alarm reads the iteration logger's entry; RunFigures after ValidationRollouts draws the final validation
-        callbacks = [iteration_logger, CollapseAlarmCallback(cfg), validation, IterationProgressBar(), checkpoints]
-        trainer = _trainer(cfg, run_dir, [logger, *extra], [*callbacks, run_figures])
+        alarm = CollapseAlarmCallback(cfg.diagnostics, run.checkpoint_every)
+        callbacks = [iteration_logger, alarm, validation, IterationProgressBar(), checkpoints]
+        trainer = _trainer(cfg.trainer, run.folder, [logger, *extra], [*callbacks, run_figures])
         if trainer.is_global_zero:
-            print(describe_run(cfg, trainer, run_dir), flush=True)
+            print(describe_run(cfg, trainer, run.folder), flush=True)
             logged_at = where_logged(extra)
             # the run's placement on record: a CPU and a GPU run of one config differ in numerics (and `auto` dtype)
             logger.experiment.set_tag(logger.run_id, "ragen_lit.device", run_device(trainer, module.policy))
-            if not info:  # what a new run is made from: the code's commit and the weights it starts from
+            if not run.record:  # what a new run is made from: the code's commit and the weights it starts from
                 for key, value in run_tags(module.model_path).items():
                     logger.experiment.set_tag(logger.run_id, key, value)
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        trainer.fit(module, datamodule=data, ckpt_path=run.resume_from)
         # the callbacks' history and results run from the first iteration (checkpointed), not from this resume
         summary = summarize(iteration_logger.history, validation.results, iteration_logger.wall_s())
         if rank_zero:
             log_summary(trainer.loggers, summary, config, step=trainer.current_epoch)
             logger.experiment.log_dict(logger.run_id, summary, "summary.json")
             close_extra_loggers(extra, succeeded=True)
-            record_finished(run_dir, cfg, summary)  # run.json's `finished`: the record a resume reads
+            record_finished(run, summary)  # run.json's `finished`: the record a resume reads
     except BaseException as err:
-        fault = machine_fault(err, logger._tracking_uri, folders_in(run_dir))
+        fault = machine_fault(err, logger._tracking_uri, folders_in(run.folder))
         why = f"{fault}; the run stopped {where_stopped(trainer)}" if fault else f"{type(err).__name__}: {err}"
         if rank_zero:
             close_extra_loggers(extra, succeeded=False, stopped_by=err)
@@ -146,32 +123,33 @@ def _fit(
         if fault is None:
             raise
         status = mlflow_status("FAILED", refused)
-        raise RunError(stopped_message(fault, run_dir, where_stopped(trainer), status)) from err
+        raise RunError(stopped_message(fault, run.folder, where_stopped(trainer), status)) from err
     if rank_zero:
         refused = logger.close("FINISHED")
         if refused is not None:
             raise RunError(f"the run finished and run.json records it, but {mlflow_status('FINISHED', refused)}")
-        print("\n" + format_summary(summary, f"ragen_lit run {run_dir.name}"))
-        store = cfg.logging.tracking_uri or logger._tracking_uri  # the store, not a tracking_server in front of it
-        print(f"run folder: {run_dir}\nMLflow: {store} (run {logger.run_id})")
+        print("\n" + format_summary(summary, f"ragen_lit run {run.folder.name}"))
+        store = run.logging.tracking_uri or logger._tracking_uri  # the store, not a tracking_server in front of it
+        print(f"run folder: {run.folder}\nMLflow: {store} (run {logger.run_id})")
         for line in logged_at:
             print(line)
     return summary
 
 
-def _trainer(cfg: Config, run_dir: Path, loggers: list, callbacks: list):
+def _trainer(t: TrainerConfig, folder: Path, loggers: list, callbacks: list):
+    """Lightning's Trainer of a run in `folder`, as the trainer section `t` asks: one epoch per RL iteration."""
     import lightning as L
 
     from ragen_lit.parallel.strategy import choose_strategy
-    from ragen_lit.training.checkpoint_io import StrictCheckpointIO
+    from ragen_lit.run.checkpoint_writer import StrictCheckpointIO
 
     return L.Trainer(
-        max_epochs=cfg.trainer.iterations,
-        accelerator=cfg.trainer.accelerator,
-        devices=cfg.trainer.devices,
-        num_nodes=cfg.trainer.num_nodes,
-        strategy=choose_strategy(cfg),
-        precision=cfg.trainer.precision,
+        max_epochs=t.iterations,
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=choose_strategy(t),
+        precision=t.precision,
         plugins=[StrictCheckpointIO()],  # a checkpoint that cannot be written stops the run (see its module)
         logger=loggers,
         callbacks=callbacks,
@@ -182,7 +160,7 @@ def _trainer(cfg: Config, run_dir: Path, loggers: list, callbacks: list):
         limit_val_batches=0,
         log_every_n_steps=1,
         use_distributed_sampler=False,
-        default_root_dir=str(run_dir),
+        default_root_dir=str(folder),
     )
 
 
@@ -196,11 +174,11 @@ def _fit_command(args) -> int:
 
 def _config_command(args) -> int:
     cfg = load_config(args.config, list(args.overrides))
-    from ragen_lit.preflight import check_env, check_logger_packages
+    from ragen_lit.run.preflight import check_env, check_logger_packages
 
     # the same checks as `fit`: a printed config is one that `fit` accepts
-    check_logger_packages(cfg)
-    check_env(cfg)
+    check_logger_packages(cfg.logging)
+    check_env(cfg.env, cfg.rollout)
     header = args.header or f"# python -m ragen_lit fit --config {args.config or 'conf/<name>.yaml'}"
     sys.stdout.write(render_yaml(cfg, header))
     return 0
@@ -238,7 +216,7 @@ def _evaluate_command(args) -> int:
 
 
 def _export_command(args) -> int:
-    from ragen_lit.checkpoints import export_run
+    from ragen_lit.run.trained_policy import export_run
 
     out = export_run(args.run, args.out)
     print(f"exported the trained policy to {out} (load it with model.path={out} or from_pretrained)")
@@ -246,17 +224,18 @@ def _export_command(args) -> int:
 
 
 def _warm_start_command(args) -> int:
-    from ragen_lit.preflight import preflight
-    from ragen_lit.warm_start_options import WarmStartOptions
+    from ragen_lit.run.preflight import preflight
+    from ragen_lit.training.warm_start_options import WarmStartOptions
 
     cfg = load_config(args.config, list(args.overrides))
     preflight(cfg)  # the checks `fit` makes first (a model path, the env's options, the device), before torch loads
-    from ragen_lit.training.console import quiet_third_party
-    from ragen_lit.warm_start import RECORD, continue_command, warm_start
+    from ragen_lit.run.console import quiet_third_party
+    from ragen_lit.training.sections import WarmStartSections
+    from ragen_lit.training.warm_start import RECORD, continue_command, warm_start
 
     quiet_third_party()
     options = WarmStartOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(WarmStartOptions)})
-    record = warm_start(cfg, options)
+    record = warm_start(WarmStartSections.of(cfg), options)
     out = str(Path(options.out).expanduser().resolve())
     print(f"warm-started {record['source_model']} written to {out} (record: {out}/{RECORD})")
     print("continue with RL:\n  " + continue_command(args.config, args.overrides, out))
@@ -302,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_warm.add_argument("--config", help="YAML config (see conf/): its model, env options and rollout limits")
     if command == "warm-start":
-        from ragen_lit.warm_start_options import WarmStartOptions
+        from ragen_lit.training.warm_start_options import WarmStartOptions
 
         add_option_flags(p_warm, WarmStartOptions)
     p_warm.add_argument("overrides", nargs="*", help="key.sub=value overrides, section=preset, as for fit")

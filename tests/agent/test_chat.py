@@ -277,8 +277,9 @@ def test_evaluate_applies_model_chat_template_to_a_model_folder(tmp_path):
     shutil.copytree(shipped_folder(), folder)
     (folder / "chat_template.jinja").write_text(QWEN3)
     overrides = ["model=hf", f"model.path={folder}", "trainer.accelerator=cpu", "model.compile=false"]
+    refused = load_config(None, overrides)
     with pytest.raises(ConfigError, match="rewrites earlier turns|not prefix-preserving"):
-        load_evaluated_policy(load_config(None, overrides), str(folder), torch.device("cpu"))
+        load_evaluated_policy(str(folder), refused.model, refused.trainer.accelerator, torch.device("cpu"))
     cfg = load_config(None, [*overrides, "model.chat_template=chatml"])
-    evaluated = load_evaluated_policy(cfg, str(folder), torch.device("cpu"))
+    evaluated = load_evaluated_policy(str(folder), cfg.model, cfg.trainer.accelerator, torch.device("cpu"))
     assert evaluated.chat.assistant_close == "<|im_end|>\n"

@@ -660,13 +660,13 @@ def test_a_sweep_name_stays_inside_its_out_folder(tmp_path, name, capsys):
 
 
 def hold_elsewhere(run: Path) -> subprocess.Popen:
-    """Another process that holds `run` (`run_lock.hold`, as a fit does) until it is killed; it prints "held" once
+    """Another process that holds `run` (`run.lock.hold`, as a fit does) until it is killed; it prints "held" once
     the lock is taken."""
     return subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from ragen_lit.run_lock import hold\n"
+            "import sys; from pathlib import Path; from ragen_lit.run.lock import hold\n"
             f"lock = hold(Path({str(run)!r})); print('held', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
@@ -679,7 +679,7 @@ def hold_elsewhere(run: Path) -> subprocess.Popen:
 def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_ended(
     tmp_path, monkeypatch, capsys, checkpoint
 ):
-    """A run folder of the sweep's first run is held by another process (`run_lock`, as a fit a killed sweep left
+    """A run folder of the sweep's first run is held by another process (`run.lock`, as a fit a killed sweep left
     would hold it): the sweep neither starts that run nor clears or resumes its folder (with a checkpoint or without),
     reports it failed naming that process, and runs the others; once that process ended the same command runs it."""
     monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])
@@ -710,7 +710,7 @@ def test_a_run_that_a_fit_of_its_own_trains_is_left_alone_and_taken_up_once_it_e
 def test_the_mlflow_run_of_a_run_that_a_fit_of_its_own_trains_is_not_deleted_from_the_sweeps_store(
     tmp_path, monkeypatch, capsys
 ):
-    """A run a `fit` of its own trains (`run_lock`) before its first checkpoint, into the sweep's store: the sweep
+    """A run a `fit` of its own trains (`run.lock`) before its first checkpoint, into the sweep's store: the sweep
     leaves its MLflow run alone (that fit still writes it), while an earlier attempt of a run it starts afresh is
     deleted (each run of the sweep is one MLflow run)."""
     monkeypatch.setattr(sweep_run, "fit_command", lambda folder, resume: [sys.executable, "-c", "pass"])

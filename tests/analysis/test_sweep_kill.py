@@ -1,7 +1,7 @@
 """A sweep killed with SIGKILL leaves no fit training, whatever launched its runs: the pool's runs die with it
 (`sweep_run.child_setup`), and a launcher's job on this machine (joblib, submitit_local: the job outlives the
 multirun, submitit's controller is made to survive it) kills its run's fit once the sweep's lock is let go
-(`sweep_run.run_attempt`). Seen from outside: the fit's run folder lock (`run_lock`) is let go and its process ends."""
+(`sweep_run.run_attempt`). Seen from outside: the fit's run folder lock (`run.lock`) is let go and its process ends."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from tests.training.small_fit import CONFIG, SMALL
 
-from ragen_lit.folder_lock import holder
-from ragen_lit.run_lock import LOCK_NAME
+from ragen_lit.run.lock import LOCK_NAME, holder
 
 
 def _running(pid: int) -> bool:

@@ -148,7 +148,7 @@ def test_the_multirun_reads_back_paths_and_names_of_any_characters(tmp_path):
     sweep = tmp_path / "a b, c='d'" / "s"
     runs, settings, server = ["x-seed0", "y.z-seed1"], ["hydra.launcher.n_jobs=2"], "http://127.0.0.1:5000"
     command = multirun_command(sweep, runs, "joblib", settings, tmp_path / "r", server)
-    assert command[1:4] == ["-m", "ragen_lit.sweep_app", "--multirun"]
+    assert command[1:4] == ["-m", "ragen_lit.analysis.sweep_app", "--multirun"]
     parsed = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(command[4:])}
     assert parsed["sweep"].value() == str(sweep) and parsed["hydra.sweep.dir"].value() == str(tmp_path / "r")
     assert parsed["tracking_server"].value() == server

@@ -127,9 +127,9 @@ def test_a_launcher_job_on_a_folder_without_a_config_is_refused(tmp_path):
 
 
 def test_a_launcher_jobs_attempt_at_a_run_in_use_starts_nothing_and_clears_nothing(tmp_path, fake_fit):
-    """A fit holds the run's folder (`run_lock`, here this process): the job records the failure naming it, the
+    """A fit holds the run's folder (`run.lock`, here this process): the job records the failure naming it, the
     folder keeps its store and run folder, and no fit is started."""
-    from ragen_lit.run_lock import hold
+    from ragen_lit.run.lock import hold
 
     folder = _run_folder(tmp_path)
     run = folder / "frozenlake-grpo-20261128-120000"

@@ -228,9 +228,9 @@ def test_bad_input_is_refused_in_one_line_before_any_work(case, tmp_path, capsys
 def test_a_seed_file_this_machine_cannot_play_is_refused_without_reading_it_all(tmp_path, monkeypatch, capsys):
     """With 1 MiB available, 8 episodes of 2048 tokens fit (128 KiB each): a file of 1000 seeds is refused after its
     ninth, and at --samples 3 after its third."""
-    from ragen_lit import machine_bounds
+    from ragen_lit.run import bounds
 
-    monkeypatch.setattr(machine_bounds, "available_memory", lambda: 1024**2)
+    monkeypatch.setattr(bounds, "available_memory", lambda: 1024**2)
     seeds = _seed_file(tmp_path, "\n".join(map(str, range(1000))))
     before = _tree(tmp_path)
     for samples, most in (("1", "8 seeds"), ("3", "2 seeds")):

@@ -140,9 +140,14 @@ def test_auto_compile_leaves_a_model_without_repeated_layers_eager_and_true_refu
 
     from ragen_lit.config import load_config
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.sections import ModuleSections
 
     module = SimpleNamespace(
-        _configured=False, device_mesh=None, cfg=load_config(None, []), compiled=True, policy=torch.nn.Linear(2, 2)
+        _configured=False,
+        device_mesh=None,
+        cfg=ModuleSections.of(load_config(None, [])),
+        compiled=True,
+        policy=torch.nn.Linear(2, 2),
     )
     AgentRLModule.configure_model(module)  # as on a GPU, with the auto setting
     assert module._configured

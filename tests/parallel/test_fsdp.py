@@ -84,8 +84,9 @@ def _to(batch: dict[str, torch.Tensor] | None, device) -> dict[str, torch.Tensor
 def _reference(cfg, device: torch.device) -> dict:
     """Everything the single process computes on all rows."""
     from ragen_lit.training.module import AgentRLModule, attach_fabric
+    from ragen_lit.training.sections import ModuleSections
 
-    module = attach_fabric(AgentRLModule(cfg).to(device))  # `update` without a Trainer
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)).to(device))  # `update` without a Trainer
     module.on_fit_start()  # the frozen reference follows the module's device
     raw = _raw_batch(module.pad_token_id, module.policy.config.vocab_size)
     prepared = {k: v.clone() for k, v in raw.items()}
@@ -107,6 +108,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
     from torch.distributed.device_mesh import init_device_mesh
 
     from ragen_lit.training.module import AgentRLModule, attach_fabric
+    from ragen_lit.training.sections import ModuleSections
 
     device = init_rank(rank, world, port)
     try:
@@ -114,7 +116,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, expected_path: str
         mesh = init_device_mesh(device.type, (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
         for split, rows_of_rank in SPLITS.items():
             # as under Lightning: shard on the host-loaded module, then move the rest to the device
-            module = AgentRLModule(_cfg(model_dir, "trainer.strategy=fsdp"))
+            module = AgentRLModule(ModuleSections.of(_cfg(model_dir, "trainer.strategy=fsdp")))
             module._device_mesh = mesh
             module.configure_model()
             attach_fabric(module.to(device))
@@ -175,6 +177,7 @@ def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
 
     from ragen_lit.parallel import fsdp
     from ragen_lit.training.module import AgentRLModule
+    from ragen_lit.training.sections import ModuleSections
 
     seen = {}
 
@@ -189,7 +192,10 @@ def test_host_masks_reach_the_sharded_scorer_on_the_host(monkeypatch):
         with_kwargs=True,
     )
     module = SimpleNamespace(
-        cfg=load_config(None, []), sharded=True, compiled=False, _fsdp=SimpleNamespace(scorer=lambda model: scorer)
+        cfg=ModuleSections.of(load_config(None, [])),
+        sharded=True,
+        compiled=False,
+        _fsdp=SimpleNamespace(scorer=lambda model: scorer),
     )
     mask = torch.ones(2, 3, dtype=torch.bool)
     batch = {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": mask, "loss_mask": mask}
@@ -208,7 +214,7 @@ def test_fsdp_config_checks():
     )
     from ragen_lit.parallel.strategy import FSDPStrategy, choose_strategy
 
-    strategy = choose_strategy(cfg)
+    strategy = choose_strategy(cfg.trainer)
     assert isinstance(strategy, FSDPStrategy) and strategy._timeout.total_seconds() == 60 * cfg.trainer.timeout_minutes
 
 
@@ -217,7 +223,10 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
     import time
 
     from ragen_lit.config import ConfigError
-    from ragen_lit.training.tracking import resolve_run_dir
+    from ragen_lit.run.folder import default_run_name, resolve_run_dir
+
+    def resolve(cfg):
+        return resolve_run_dir(cfg.logging, cfg.trainer, default_run_name(cfg))
 
     folders = []
     for name in ("frozenlake-ppo-top_p0.9-20260101-120000", "frozenlake-ppo-top_p0.9-20260101-120000-1"):
@@ -228,12 +237,12 @@ def test_resume_finds_sharded_checkpoint_folders(tmp_path):
         (ckpt / "meta.pt").write_bytes(b"x")
         time.sleep(0.05)
     fsdp = [f"logging.output_dir={tmp_path}", "trainer.strategy=fsdp"]
-    run_dir, ckpt, _ = resolve_run_dir(load_config(None, [*fsdp, "trainer.resume=last"]))
+    run_dir, ckpt, _ = resolve(load_config(None, [*fsdp, "trainer.resume=last"]))
     assert run_dir == folders[0].parent.parent and ckpt == str(folders[0])
-    run_dir, ckpt, _ = resolve_run_dir(load_config(None, [*fsdp, f"trainer.resume={folders[1]}"]))
+    run_dir, ckpt, _ = resolve(load_config(None, [*fsdp, f"trainer.resume={folders[1]}"]))
     assert run_dir == folders[1].parent.parent
     with pytest.raises(ConfigError, match="resume it with trainer.strategy=fsdp"):
-        resolve_run_dir(load_config(None, [f"logging.output_dir={tmp_path}", "trainer.resume=last"]))
+        resolve(load_config(None, [f"logging.output_dir={tmp_path}", "trainer.resume=last"]))
 
 
 @pytest.mark.parametrize(
@@ -254,7 +263,7 @@ def test_auto_strategy_takes_the_projects_ddp_for_several_devices(overrides, dev
     cfg = load_config(None, ["trainer.accelerator=cpu", *overrides])
     if devices is not None:
         cfg.trainer.devices = devices  # a list of device ids, as Lightning takes it
-    strategy = choose_strategy(cfg)
+    strategy = choose_strategy(cfg.trainer)
     if expected == "auto":
         assert strategy == "auto"
     else:

@@ -50,9 +50,10 @@ def _sgd(module):
 
 def _module(model_dir, preset, extra=(), device=None):
     from ragen_lit.training.module import AgentRLModule, attach_fabric
+    from ragen_lit.training.sections import ModuleSections
 
     torch.manual_seed(0)
-    module = AgentRLModule(_cfg(model_dir, preset, extra)).to(device or reference_device())
+    module = AgentRLModule(ModuleSections.of(_cfg(model_dir, preset, extra))).to(device or reference_device())
     attach_fabric(module)  # `update` without a Trainer
     module.on_fit_start()
     return module

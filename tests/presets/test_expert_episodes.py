@@ -9,7 +9,7 @@ from ragen_lit.presets.expert_episodes import EnvSetup
 
 def test_an_extra_env_is_set_up_as_its_config_plays_it():
     cfg = load_config(None, ["env.name=coding", "env.options={max_attempts: 2}", "rollout.max_new_tokens=256"])
-    setup = EnvSetup.from_config(cfg)
+    setup = EnvSetup.of(cfg.env, cfg.rollout)
     assert setup.name == "coding" and setup.options == {"max_attempts": 2}
     r = cfg.rollout
     assert setup.limits == EpisodeLimits(

@@ -9,7 +9,7 @@ chosen moment of 1-based ITERATION, for `test_resume_kill.py`. POINT is one of:
 - `periodic`: right after its periodic `iter-NNNN.ckpt` is written, before its `last.ckpt` is begun;
 - `last-partial`: while its `last.ckpt` is written: the hidden partial file is on disk, not yet renamed over it;
 - `wait`: not killed here: right after its `last.ckpt` is written it prints `kill_fit: waiting` and sleeps, for the
-  test to kill it (`run_lock`'s tests: a fit that holds its run folder).
+  test to kill it (`run.lock`'s tests: a fit that holds its run folder).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _trainer(mode="warn", checkpoint_every=5, **diagnostics):
         setattr(cfg.diagnostics, key, value)
     saved = []
     trainer = SimpleNamespace(
-        callbacks=[IterationLogger()],
+        callbacks=[IterationLogger(cfg.filter.empty_stop_steps)],
         loggers=[_Recorder()],
         is_global_zero=True,
         should_stop=False,
@@ -51,7 +51,7 @@ def _trainer(mode="warn", checkpoint_every=5, **diagnostics):
         ),
         save_checkpoint=lambda path: saved.append((trainer.current_epoch, str(path))),
     )
-    return CollapseAlarmCallback(cfg), trainer, saved
+    return CollapseAlarmCallback(cfg.diagnostics, cfg.trainer.checkpoint_every), trainer, saved
 
 
 def _iterations(callback, trainer, entries):

@@ -19,6 +19,6 @@ def test_auto_weights_are_bfloat16_only_where_the_run_uses_a_gpu(
 ):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
     cfg = load_config(None, [f"trainer.accelerator={accelerator}", f"model.dtype={dtype}", "algo=ppo"])
-    policy, critic = build_models(cfg, str(tiny_model_dir))
+    policy, critic = build_models(cfg.model, cfg.trainer, cfg.algo.advantage, str(tiny_model_dir))
     assert {p.dtype for p in policy.parameters()} == {expected}
     assert {p.dtype for p in critic.parameters()} == {expected}

@@ -81,7 +81,7 @@ def test_the_notices_only_a_gpu_machine_gets_are_dropped(monkeypatch, caplog, re
     from lightning.pytorch.trainer.connectors import data_connector
     from torch.utils.data import DataLoader
 
-    from ragen_lit.training.console import quiet_third_party
+    from ragen_lit.run.console import quiet_third_party
 
     quiet_third_party()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -14,6 +14,7 @@ from ragen_lit.agent.trajectory import Trajectory, Turn
 from ragen_lit.config import load_config
 from ragen_lit.training.batch import collate
 from ragen_lit.training.data import ROUND_SEED_STRIDE, RolloutDataModule, shape_overlong
+from ragen_lit.training.sections import DataSections
 
 SEED, GROUPS, K = 10000, 4, 2
 
@@ -39,7 +40,7 @@ def _data(signal, *overrides):
         None,
         ["algo=dapo", f"rollout.groups={GROUPS}", f"rollout.group_size={K}", f"rollout.seed={SEED}", *overrides],
     )
-    return FakeRollouts(cfg, signal)
+    return FakeRollouts(DataSections.of(cfg), signal)
 
 
 def test_refills_to_a_full_batch_and_trims_the_overfill():
@@ -148,7 +149,7 @@ def test_every_rollout_syncs_first_and_releases_the_engine_after_it_even_when_it
         return []
 
     monkeypatch.setattr(data_module, "rollout", fake_rollout)
-    data = RolloutDataModule(load_config(None, []))
+    data = RolloutDataModule(DataSections.of(load_config(None, [])))
     data.engine = _RecordingEngine()
     module = SimpleNamespace(inference_policy=lambda: torch.nn.Linear(1, 1), chat=None)
     if fails:

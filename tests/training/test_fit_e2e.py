@@ -15,7 +15,7 @@ import torch
 
 from ragen_lit.cli import fit
 from ragen_lit.config import load_config
-from ragen_lit.provenance import source_commit, weights_sha256
+from ragen_lit.run.provenance import source_commit, weights_sha256
 
 # the engine and end-to-end paths CI also runs at the lowest declared dependency versions
 pytestmark = pytest.mark.floors

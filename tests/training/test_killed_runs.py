@@ -1,4 +1,4 @@
-"""A `fit` killed before its first checkpoint (`killed_runs`): `trainer.resume=last` says in one line that there is
+"""A `fit` killed before its first checkpoint (`run.killed_runs`): `trainer.resume=last` says in one line that there is
 no checkpoint to resume and how to start afresh, and the killed run, which its process could not close, reads KILLED
 in MLflow with the reason, once that later `fit` found it."""
 
@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from ragen_lit.training.run_logger import STOPPED_TAG
+from ragen_lit.run.loggers import STOPPED_TAG
 
 
 def test_a_run_killed_before_its_first_checkpoint_reads_killed_and_resume_says_to_start_afresh(tmp_path, capsys):
@@ -60,7 +60,8 @@ def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_t
     from ragen_lit.analysis.sweep_server import serving
     from ragen_lit.analysis.sweep_store import store_uri
     from ragen_lit.config import load_config
-    from ragen_lit.killed_runs import mark_killed
+    from ragen_lit.run.folder import default_run_name
+    from ragen_lit.run.killed_runs import mark_killed
 
     out, store = tmp_path / "run", store_uri(tmp_path)
     client = MlflowClient(tracking_uri=store)
@@ -70,7 +71,8 @@ def test_a_killed_run_of_a_store_behind_a_server_reads_killed_once_a_later_fit_t
     (run / "run.json").write_text(json.dumps({"mlflow_run_id": run_id, "tracking_uri": store}))
     args = ["filter.strategy=none", f"logging.output_dir={out}", f"logging.tracking_uri={store}"]
     with serving(tmp_path) as server:
-        mark_killed(load_config(CONFIG, [*args, f"logging.tracking_server={server}"]))
+        cfg = load_config(CONFIG, [*args, f"logging.tracking_server={server}"])
+        mark_killed(cfg.logging, default_run_name(cfg))
     after = client.get_run(run_id)
     assert after.info.status == "KILLED" and after.data.tags[STOPPED_TAG].startswith(
         "killed: its process ended without closing the run, before its first checkpoint (found by a later fit at "

@@ -1,4 +1,4 @@
-"""A logger's folder that becomes unwritable in the middle of a run (`run_faults`): `fit` ends with exit code 1 and
+"""A logger's folder that becomes unwritable in the middle of a run (`run.faults`): `fit` ends with exit code 1 and
 one `error:` line naming the logger and the file it could not write (not the tracebacks of TensorBoard's writer
 thread and of Lightning's rewording of the error), its MLflow run reads FAILED with that reason, every checkpoint and
 everything logged so far is kept, and once the folder is writable again `trainer.resume=last` finishes the run."""
@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
+from ragen_lit.run.loggers import STOPPED_TAG
 from ragen_lit.training.callbacks import IterationLogger
-from ragen_lit.training.run_logger import STOPPED_TAG
 
 ARGS = ["fit", "--config", CONFIG, *SMALL, "trainer.iterations=3", "trainer.checkpoint_every=1"]
 

@@ -5,6 +5,7 @@ writes where the run wrote before (TensorBoard purges the steps it logs again, C
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import struct
 import zlib
@@ -19,11 +20,11 @@ from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from ragen_lit.config import load_config
+from ragen_lit.config import ValidationConfig, load_config, to_dict
+from ragen_lit.run.folder import Run
+from ragen_lit.run.loggers import RunLogger, RunTensorBoardLogger, make_extra_loggers
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
-from ragen_lit.training.loggers import RunTensorBoardLogger, make_extra_loggers
 from ragen_lit.training.run_figures import RunFigures
-from ragen_lit.training.run_logger import RunLogger
 
 ALL = "logging.loggers=[mlflow,tensorboard,csv,wandb]"
 
@@ -59,11 +60,13 @@ def test_a_resumed_tensorboard_run_shows_each_step_once_with_the_values_logged_l
 
 def test_csv_writes_each_metric_as_it_is_logged_and_each_process_its_own_version(tmp_path):
     cfg = load_config(None, ["logging.loggers=[mlflow,csv]"])
-    (first,) = make_extra_loggers(cfg, tmp_path, "run-id", resumed=False)
+    run = Run(tmp_path, "run", cfg.logging, cfg.trainer.iterations, cfg.trainer.checkpoint_every, to_dict(cfg))
+    (first,) = make_extra_loggers(run, "run-id")
     first.log_metrics({"rollout/success": 0.5}, step=1)
     metrics = tmp_path / "csv" / "version_0" / "metrics.csv"
     assert metrics.read_text().splitlines() == ["rollout/success,step", "0.5,1"]  # on disk before any flush
-    (second,) = make_extra_loggers(cfg, tmp_path, "run-id", resumed=True)
+    resumed = dataclasses.replace(run, resume_from=str(tmp_path / "checkpoints" / "last.ckpt"))
+    (second,) = make_extra_loggers(resumed, "run-id")
     second.log_metrics({"rollout/success": 0.25}, step=2)
     assert (tmp_path / "csv" / "version_1" / "metrics.csv").read_text().splitlines()[1] == "0.25,2"
     assert metrics.read_text().splitlines()[1] == "0.5,1"
@@ -77,9 +80,9 @@ class _UnreachableStore(RunLogger):
 
 def test_figures_reach_tensorboard_as_images_and_a_logger_that_fails_only_warns(tmp_path):
     tensorboard = RunTensorBoardLogger(tmp_path, resumed=False)
-    history = IterationLogger()
+    history = IterationLogger(empty_stop_steps=5)
     history.history = [{"iteration": i, "rollout/success": i / 4, "filter/kept_ratio": 0.5} for i in (1, 2)]
-    validation = ValidationRollouts()
+    validation = ValidationRollouts(ValidationConfig())
     validation.results = {0: {"val/success": 0.0}, 2: {"val/success": 0.5}}
     trainer = SimpleNamespace(
         is_global_zero=True,
@@ -87,7 +90,7 @@ def test_figures_reach_tensorboard_as_images_and_a_logger_that_fails_only_warns(
         current_epoch=2,
     )
     with pytest.warns(UserWarning, match=r"run figure \w+\.png not logged: ConnectionError: store down") as warned:
-        RunFigures(history, validation).on_train_end(trainer, SimpleNamespace(cfg=load_config(None)))
+        RunFigures(history, validation, "run").on_train_end(trainer, None)
     assert len(warned) == 2  # one per figure; the other logger took them all
     images = _tensorboard(tmp_path / "tensorboard")
     assert images.Tags()["images"] == ["figures/success", "figures/kept_ratio_rv"]

@@ -17,6 +17,7 @@ from ragen_lit.engines.hf import HFEngine
 from ragen_lit.logprobs import token_logprobs
 from ragen_lit.models import load_policy
 from ragen_lit.training.module import AgentRLModule, attach_fabric
+from ragen_lit.training.sections import ModuleSections
 
 pytestmark = pytest.mark.floors
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,8 @@ LORA = ["model.dtype=float32", "model.lora.r=4", "optim.actor_lr=1e-2", "optim.c
 
 def _module(*extra: str) -> AgentRLModule:
     torch.manual_seed(0)
-    module = attach_fabric(AgentRLModule(load_config(None, [*LORA, "optim.micro_batch_size=3", *extra])))
+    cfg = load_config(None, [*LORA, "optim.micro_batch_size=3", *extra])
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)))
     module.on_fit_start()
     return module
 

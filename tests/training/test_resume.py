@@ -1,4 +1,4 @@
-"""Resume rules (`training.tracking`): a finished run resumed says so and changes nothing; a changed config is refused
+"""Resume rules (`run.folder`): a finished run resumed says so and changes nothing; a changed config is refused
 with one line unless `trainer.resume_allow_changes=true`, which records the change (run.json, MLflow tags) and trains
 on; `trainer.iterations` may grow without it; the summary covers the whole run."""
 
@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from ragen_lit.cli import fit, main
 from ragen_lit.config import load_config, to_dict
 from ragen_lit.errors import ConfigError
-from ragen_lit.training.tracking import check_resume, config_changes
+from ragen_lit.run.folder import check_resume, config_changes
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
@@ -49,17 +49,18 @@ def test_only_the_runs_own_keys_count_as_changes_and_a_change_needs_the_flag(tmp
     info = _saved(run)
     runtime = ["trainer.resume=last", "trainer.threads=3", "trainer.checkpoint_every=7", "logging.save_rollouts=true"]
     same = load_config(None, ["rollout.groups=4", "trainer.iterations=40", *runtime])
-    assert config_changes(same, info) == {"trainer.iterations": [20, 40]}
-    assert check_resume(same, tmp_path, info) == {"trainer.iterations": [20, 40]}  # growing a run needs no flag
+    assert config_changes(to_dict(same), info) == {"trainer.iterations": [20, 40]}
+    growing = check_resume(to_dict(same), same.trainer, tmp_path, info)
+    assert growing == {"trainer.iterations": [20, 40]}  # growing a run needs no flag
     changed = load_config(None, ["rollout.groups=8", "trainer.resume=last"])
     with pytest.raises(ConfigError) as err:
-        check_resume(changed, tmp_path, info)
+        check_resume(to_dict(changed), changed.trainer, tmp_path, info)
     message = str(err.value)
     assert "\n" not in message and "rollout.groups=8" in message and "rollout.groups=4" in message
     assert "trainer.resume_allow_changes=true" in message
     allowed = load_config(None, ["rollout.groups=8", "trainer.resume=last", "trainer.resume_allow_changes=true"])
-    assert check_resume(allowed, tmp_path, info) == {"rollout.groups": [4, 8]}
-    assert config_changes(changed, {}) == {}  # a run.json without a config (older runs) compares nothing
+    assert check_resume(to_dict(allowed), allowed.trainer, tmp_path, info) == {"rollout.groups": [4, 8]}
+    assert config_changes(to_dict(changed), {}) == {}  # a run.json without a config (older runs) compares nothing
 
 
 def _rows(out: Path) -> tuple[MlflowClient, object, list[tuple[str, int, float]]]:

@@ -1,4 +1,4 @@
-"""One process trains a run folder at a time (`run_lock`): while a `fit` trains a run, a second `fit` that would
+"""One process trains a run folder at a time (`run.lock`): while a `fit` trains a run, a second `fit` that would
 resume it is refused in one line naming the folder and the holder's process id, before anything is written; once
 the holder is killed (SIGKILL: its lock file stays, naming the dead process) the next `fit` takes the folder over."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 from tests.training.small_fit import CONFIG, SMALL
 
 from ragen_lit.cli import main
-from ragen_lit.folder_lock import holder
-from ragen_lit.run_lock import LOCK_NAME
+from ragen_lit.run.lock import LOCK_NAME, holder
 
 KILL_FIT = str(Path(__file__).with_name("kill_fit.py"))
 

@@ -13,6 +13,7 @@ from ragen_lit.logprobs import token_logprobs
 from ragen_lit.training.batch import collate
 from ragen_lit.training.data import RolloutDataModule
 from ragen_lit.training.module import AgentRLModule, attach_fabric
+from ragen_lit.training.sections import DataSections, ModuleSections
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,8 +34,8 @@ def _module_and_batch(tiny_model_dir, tmp_path, overrides=()):
         ],
     )
     torch.manual_seed(0)
-    module = attach_fabric(AgentRLModule(cfg))  # `update` without a Trainer
-    data = RolloutDataModule(cfg)
+    module = attach_fabric(AgentRLModule(ModuleSections.of(cfg)))  # `update` without a Trainer
+    data = RolloutDataModule(DataSections.of(cfg))
     seeds, groups = data.train_seeds(0)
     batch = collate(data.run_rollouts(module, seeds, groups, cfg.rollout.temperature, seed=0), module.pad_token_id)
     lengths = batch["attention_mask"].sum(-1)
@@ -199,7 +200,7 @@ def test_the_learning_rate_follows_the_configured_decay_over_the_planned_steps(t
             "optim.actor_lr=0.001",
         ],
     )
-    module = AgentRLModule(cfg)
+    module = AgentRLModule(ModuleSections.of(cfg))
     (actor,), (scheduler,) = module.configure_optimizers()
     lrs = []
     for _ in range(4):  # 2 iterations x 1 epoch x 2 mini-batches: t = 0, 1/4, 2/4, 3/4
@@ -224,7 +225,7 @@ def test_a_learning_rate_that_bfloat16_weights_round_away_is_warned_about(
         ],
     )
     with caplog.at_level("WARNING", logger="ragen_lit.training.optimizers"):
-        AgentRLModule(cfg).configure_optimizers()
+        AgentRLModule(ModuleSections.of(cfg)).configure_optimizers()
     messages = [r.getMessage() for r in caplog.records if "rounds away" in r.getMessage()]
     assert bool(messages) is warned
     if warned:

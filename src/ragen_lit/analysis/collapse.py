@@ -35,6 +35,9 @@ window with the highest mean `rollout/success`.
 **Runs that learn**: the mean of a run's last `LEARN_WINDOW` validations (`val/success`) is at least `LEARN_MARGIN`
 above its first (the validation before training). A monitor that fires on such a run without MI loss raised an alarm
 on a run that was doing well: the false-alarm rate a negative control measures.
+
+Template collapse at three layers, one module each: `metrics.collapse` computes the diagnostics during a run,
+`analysis.collapse` reads their logged streams for `compare --collapse`, `figures.collapse` draws that reading.
 """
 
 from __future__ import annotations

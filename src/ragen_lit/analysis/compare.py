@@ -38,7 +38,7 @@ from ragen_lit.analysis.runs import (
 from ragen_lit.analysis.stats import Difference, Summary, summarize, welch_difference
 from ragen_lit.analysis.tracking import log_comparison
 from ragen_lit.errors import ConfigError
-from ragen_lit.training.store import check_sqlite_database
+from ragen_lit.run.store import check_sqlite_database
 
 FORMATS = {"markdown": "md", "csv": "csv", "json": "json"}  # format: file suffix
 CONFIDENCE = 0.95

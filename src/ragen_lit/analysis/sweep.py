@@ -17,9 +17,9 @@ files with its own launcher (`--print-commands` lists one command per run, e.g. 
 A sweep makes at most `sweep_checks.MAX_RUNS` runs (10,000), and before the first starts every grid point's config
 passes `fit`'s own checks (`sweep_checks.check_runs`: memory, devices, paths, the env) as its runs get it.
 
-The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its
-cores or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet
-done as one multirun of `ragen_lit.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
+The runs go to a launcher: `local` (the default) is this module's process pool (`run_all`), each run pinned to its cores
+or GPU; `joblib`, `submitit_local` and `submitit_slurm` are Hydra's launcher plugins, which get the runs not yet done as
+one multirun of `ragen_lit.analysis.sweep_app` (`run_launched`; `sweep_launchers` checks their settings). Both start a
 run's attempts the same way (`sweep_run`).
 
 With several GPUs (`--devices`), every GPU runs every grid point about equally often and the points alternate in
@@ -30,7 +30,7 @@ A sweep folder is locked while a sweep works in it (`sweep_lock`): a second swee
 Started again with the same arguments, a sweep finds its folder (the name is derived from them), skips
 the runs that finished (`sweep_done` marker), resumes those with a complete checkpoint of any kind
 (`trainer.resume=last`: a run stopped between its periodic checkpoint and its `last.ckpt` included) and starts the
-rest afresh. A run that a `fit` of its own still trains (`run_lock`) is not touched: it is reported failed, naming
+rest afresh. A run that a `fit` of its own still trains (`run.lock`) is not touched: it is reported failed, naming
 that process, and the same command again takes it up once that process ended. A sweep's runs end with it, however it
 ends (`sweep_run`).
 """
@@ -85,9 +85,9 @@ from ragen_lit.analysis.sweep_run import (
 from ragen_lit.analysis.sweep_server import LOG_NAME as SERVER_LOG
 from ragen_lit.analysis.sweep_server import serving
 from ragen_lit.analysis.sweep_store import check_store, prepare_store, run_store, store_path, store_uri
-from ragen_lit.config import Config, load_config, render_yaml
+from ragen_lit.config import Config, TrainerConfig, load_config, render_yaml
+from ragen_lit.config.overrides import parse_overrides
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides
 
 
 @dataclass(frozen=True)
@@ -219,13 +219,13 @@ def slots(parallel: int | None, threads: int, devices: list[str] | None) -> list
     return [Slot(tuple(cores[(i * threads + j) % len(cores)] for j in range(threads))) for i in range(count)]
 
 
-def placement(cfg: Config, slot: Slot) -> dict[str, object]:
-    """The `trainer` settings of a run in `slot`, on top of its config: the CPU, or its GPU alone with the slot's share
-    of the card's memory where several runs share it (a grid's own cap wins)."""
+def placement(trainer: TrainerConfig, slot: Slot) -> dict[str, object]:
+    """The `trainer` settings of a run in `slot`, on top of its own (`trainer`): the CPU, or its GPU alone with the
+    slot's share of the card's memory where several runs share it (a grid's own cap wins)."""
     if slot.gpu is None:
         return {"accelerator": "cpu"}
     placed: dict[str, object] = {"accelerator": "gpu", "devices": 1}
-    if slot.memory_share is not None and not cfg.trainer.gpu_memory_fraction:
+    if slot.memory_share is not None and not trainer.gpu_memory_fraction:
         placed["gpu_memory_fraction"] = slot.memory_share
     return placed
 
@@ -237,7 +237,7 @@ def placed(cfg: Config, threads: int, pool: list[Slot] | None = None) -> Config:
     trainer = dataclasses.replace(cfg.trainer, threads=threads)
     if pool:
         slot = min(pool, key=lambda slot: slot.memory_share or 1.0)
-        trainer = dataclasses.replace(trainer, **placement(cfg, slot))
+        trainer = dataclasses.replace(trainer, **placement(trainer, slot))
     return dataclasses.replace(cfg, trainer=trainer)
 
 
@@ -245,7 +245,7 @@ def launch(spec: RunSpec, slot: Slot, server: str | None = None) -> subprocess.P
     """Start an attempt at `spec` in `slot`: on its cores, seeing its GPU only (a CPU slot sees none, else `auto`
     would stack every CPU run on GPU 0); `server`: the sweep's MLflow server."""
     env = {**os.environ, "OMP_NUM_THREADS": str(len(slot.cores)), "CUDA_VISIBLE_DEVICES": slot.gpu or ""}
-    overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config, slot).items()]
+    overrides = [f"trainer.{key}={value}" for key, value in placement(spec.config.trainer, slot).items()]
     return start_attempt(spec.folder, overrides, env, slot.cores, server)
 
 
@@ -417,7 +417,7 @@ def _run_locked(
     points = len({spec.point for spec in specs})
     print(f"sweep {name}: {points} grid point(s) x {seeds} seed(s) = {len(specs)} runs, {how}, in {folder}")
     if shared and served:
-        # the runs that start afresh, not one a `fit` of its own trains (`run_lock`): that fit still writes its run
+        # the runs that start afresh, not one a `fit` of its own trains (`run.lock`): that fit still writes its run
         fresh = [
             (spec.point, str(spec.seed))
             for spec in served

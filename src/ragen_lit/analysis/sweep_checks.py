@@ -1,5 +1,5 @@
 """What `sweep` checks before any run starts, beyond each run's config (`plan` loads and validates every one): how
-many runs a sweep makes (`MAX_RUNS`), and `fit`'s own checks before training (`preflight`: installed packages,
+many runs a sweep makes (`MAX_RUNS`), and `fit`'s own checks before training (`run.preflight`: installed packages,
 devices, memory, local paths, the model's shape, the env's options) on every grid point's config as its runs get it.
 A grid point this machine cannot run is refused in one line naming the point and the key, before any run trained. The
 `--devices` given must be GPUs of this machine, and no run may ask for the other kind of device than the sweep gives
@@ -44,7 +44,7 @@ def check_runs(specs: list, configure: Callable[[Config], Config] | None) -> Non
     makes it for its runs (the sweep's threads and placement); with `configure` None (the runs go to other machines)
     the checks that need no machine. The seeds of a point differ in `trainer.seed` alone, which no check reads: one
     check per point."""
-    from ragen_lit.preflight import check_env, preflight
+    from ragen_lit.run.preflight import check_env, preflight
 
     checked: set[str] = set()
     for spec in specs:
@@ -53,7 +53,7 @@ def check_runs(specs: list, configure: Callable[[Config], Config] | None) -> Non
         checked.add(spec.point)
         try:
             if configure is None:
-                check_env(spec.config)
+                check_env(spec.config.env, spec.config.rollout)
             else:
                 preflight(configure(spec.config))
         except ConfigError as error:

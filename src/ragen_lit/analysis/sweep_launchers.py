@@ -1,9 +1,9 @@
 """`sweep --launcher joblib|submitit_local|submitit_slurm`: a planned sweep's runs handed to Hydra's launcher plugins.
 
-`sweep` plans the grid, refuses a bad one, writes every run's `config.yaml` and holds the sweep folder's lock as it
-does for its own process pool (`--launcher local`, the default); then one Hydra multirun of `ragen_lit.sweep_app`
-(`multirun`) gets the runs not yet done, one job per run. A job's task decides resume or a clean start as the pool
-does, runs the `fit` as a child process writing to the run's `sweep.log`, and leaves the run's done or failed marker
+`sweep` plans the grid, refuses a bad one, writes every run's `config.yaml` and holds the sweep folder's lock as it does
+for its own process pool (`--launcher local`, the default); then one Hydra multirun of `ragen_lit.analysis.sweep_app`
+(`multirun`) gets the runs not yet done, one job per run. A job's task decides resume or a clean start as the pool does,
+runs the `fit` as a child process writing to the run's `sweep.log`, and leaves the run's done or failed marker
 (`sweep_run`), from which `sweep` reports every run once the launcher returns.
 
 Launcher settings are Hydra's own words among the sweep's overrides, `hydra.launcher.<key>=<value>` (e.g.
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from ragen_lit.analysis.sweep_run import SWEEP_ENV, child_setup
+from ragen_lit.config.overrides import parse_overrides, quoted_value
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides, quoted_value
 
 LOCAL = "local"
 PLUGINS = {
@@ -194,13 +194,13 @@ def _launcher_config(launcher: str, settings: list[str]) -> dict:
 def multirun_command(
     sweep: Path, runs: list[str], launcher: str, settings: list[str], records: Path, server: str | None = None
 ) -> list[str]:
-    """`python -m ragen_lit.sweep_app --multirun ...`: one job per run folder name of `runs` in the folder `sweep`,
-    Hydra's records in `records` (a job's in `<records>/<run>/`, its log included), Hydra quiet on the console
-    (`QUIET`), the runs writing through the sweep's MLflow `server` (if it runs one)."""
+    """`python -m ragen_lit.analysis.sweep_app --multirun ...`: one job per run folder name of `runs` in the folder
+    `sweep`, Hydra's records in `records` (a job's in `<records>/<run>/`, its log included), Hydra quiet on the
+    console (`QUIET`), the runs writing through the sweep's MLflow `server` (if it runs one)."""
     return [
         sys.executable,
         "-m",
-        "ragen_lit.sweep_app",
+        "ragen_lit.analysis.sweep_app",
         "--multirun",
         f"hydra/launcher={launcher}",
         *QUIET,

@@ -1,9 +1,9 @@
 """One sweep at a time in a sweep folder.
 
-`sweep_lock(folder)` holds the lock on `<folder>/sweep.lock` (`folder_lock`) while a sweep works in the folder
+`sweep_lock(folder)` holds the lock on `<folder>/sweep.lock` (`run.lock`) while a sweep works in the folder
 (writing its runs' configs, running them); a second sweep on the same folder is refused at once, in one line naming
 the holder (its process id and start time). A killed sweep leaves no stale lock, and the runs a sweep starts do not
-inherit it (`folder_lock`); each run's `fit` holds its own run folder's lock (`run_lock`).
+inherit it (`run.lock`); each run's `fit` holds its own run folder's lock (`run.lock.hold`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ragen_lit.errors import ConfigError
-from ragen_lit.folder_lock import Held, take
+from ragen_lit.run.lock import Held, take
 
 LOCK_NAME = "sweep.lock"
 

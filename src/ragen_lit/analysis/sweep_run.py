@@ -10,9 +10,9 @@ stays readable. An attempt that fails leaves the `sweep_failed` marker with its 
 config names the sweep's store is given the address of the sweep's MLflow server on its command line
 (`server_override`).
 
-The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.sweep_app`) start
-attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a `fit`
-holds (`run_lock`: a run a killed sweep's job left, or one started by hand) is not started and nothing of it is
+The local process pool (`sweep`) and a Hydra launcher's job (`run_attempt`, the task of `ragen_lit.analysis.sweep_app`)
+start attempts through the same functions, so both make the same resume-or-start-clean decision. A run whose folder a
+`fit` holds (`run.lock`: a run a killed sweep's job left, or one started by hand) is not started and nothing of it is
 cleared: the attempt fails at once naming that process (`RunInUse`), and the sweep goes on with its other runs.
 
 An attempt ends with the sweep that started it, however the sweep ends: the pool's `fit`s are killed by the kernel
@@ -34,10 +34,9 @@ from pathlib import Path
 
 from ragen_lit.analysis.sweep_lock import LOCK_NAME as SWEEP_LOCK
 from ragen_lit.analysis.sweep_store import store_uri
-from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import ConfigError
-from ragen_lit.folder_lock import holder
-from ragen_lit.run_lock import in_use
+from ragen_lit.run.checkpoints import newest_checkpoint
+from ragen_lit.run.lock import holder, in_use
 
 DONE_MARKER = "sweep_done"
 FAILED_MARKER = "sweep_failed"
@@ -77,11 +76,11 @@ def child_setup(cores: tuple[int, ...] | None = None, death_signal: int = signal
 
 
 class RunInUse(Exception):
-    """A run folder of the run is held by a `fit` (`run_lock`), so the attempt was not started; the message names it."""
+    """A run folder of the run is held by a `fit` (`run.lock`), so the attempt was not started; the message names it."""
 
 
 def run_in_use(folder: Path) -> str | None:
-    """Why a `fit` of the run is running already (`run_lock.in_use` of one of its run folders), None when none is."""
+    """Why a `fit` of the run is running already (`run.lock.in_use` of one of its run folders), None when none is."""
     runs = sorted(run for run in folder.iterdir() if run.is_dir()) if folder.is_dir() else []
     return next(filter(None, map(in_use, runs)), None)
 

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from ragen_lit.analysis.runs import ROLE_TAG
 from ragen_lit.errors import RunError
-from ragen_lit.training.store import check_sqlite_store
-from ragen_lit.training.tracking import STORE_NAME
+from ragen_lit.run.store import STORE_NAME, check_sqlite_store
 
 ARTIFACTS = "artifacts"
 SEARCH_PAGE = 1000

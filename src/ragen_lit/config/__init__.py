@@ -6,6 +6,8 @@ the value and what is allowed. A section that has presets (`algo`, `model`) can 
 (`algo=grpo`, `model=smollm2-135m`): the preset replaces that section, later `algo.x=y` overrides
 apply on top. Each field's docstring (the string right under it) becomes its comment in the shipped
 YAML files (`render_yaml`); its checks (allowed choices, bounds) sit in its `checked(...)` default.
+A room takes the sections it reads, not the whole config: one section, or a `Sections` bundle of a few
+(`ModuleSections.of(cfg)`).
 Choice lists and the algorithm presets come from `choices`, torch-free, which the rooms that implement them
 (`filtering`, `algos`, `engines`, ...) read too: loading a config imports no torch, transformers or Lightning.
 """
@@ -26,6 +28,7 @@ from ragen_lit.config.sections import (
     ModelConfig,
     OptimConfig,
     RolloutConfig,
+    Sections,
     TrainerConfig,
     ValidationConfig,
 )
@@ -47,6 +50,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RolloutConfig",
+    "Sections",
     "TrainerConfig",
     "ValidationConfig",
     "flat_dict",

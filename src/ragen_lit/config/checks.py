@@ -3,13 +3,12 @@ fails."""
 
 from __future__ import annotations
 
-from ragen_lit.bounds import check_config as check_bounds
 from ragen_lit.choices import filter_value_error, uses_critic
 from ragen_lit.config.chat_templates import chat_template_source
-from ragen_lit.config.sections import SECTIONS, Config
+from ragen_lit.config.sections import SECTIONS, AlgoConfig, Config, EnvConfig, LoggingConfig, LoraConfig
+from ragen_lit.config.typed_fields import check_fields
 from ragen_lit.envs import ENV_CLASSES, has_state_key
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import check_fields
 
 # MLflow tracking-URI schemes the project accepts ("" = a plain local path, MLflow's file store)
 TRACKING_SCHEMES = ("", "sqlite", "file", "http", "https", "databricks", "postgresql", "mysql", "mssql")
@@ -24,7 +23,7 @@ def validate(cfg: Config) -> Config:
     """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
     for section in SECTIONS:
         check_fields(getattr(cfg, section), lambda name, section=section: f"{section}.{name}")
-    _check_anchor_states(cfg)
+    _check_anchor_states(cfg.algo, cfg.env)
     flt = cfg.filter
     if flt.level == "trajectory":
         # `select_trajectories` keeps the top and bottom filter.value share of every group's rollouts, the one
@@ -50,7 +49,7 @@ def validate(cfg: Config) -> Config:
             f"algo.dynamic_sampling=true with rollout.group_size={cfg.rollout.group_size}: a group of one rollout "
             "never has reward variance, so no round could fill the batch; use rollout.group_size >= 2"
         )
-    _check_lora(cfg)
+    _check_lora(cfg.model.lora, cfg.trainer.strategy)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError("model.name=hf needs model.path=<HF id or local folder>")
     chat_template_source(cfg.model.chat_template)  # a missing file or one that is not Jinja: one line, now
@@ -65,7 +64,7 @@ def validate(cfg: Config) -> Config:
             f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
             "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
         )
-    _check_tracking(cfg)
+    _check_tracking(cfg.logging)
     if not cfg.logging.experiment.strip():
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
     loggers = cfg.logging.loggers
@@ -85,12 +84,35 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-def _check_tracking(cfg: Config) -> None:
+def check_bounds(cfg: Config) -> None:
+    """The bounds a config keeps beyond each field's own range that need no machine (those of this machine, the model
+    and an env's observations are `run.bounds`'): a turn's answer inside the context, and a run folder inside
+    `logging.output_dir`; raises ConfigError."""
+    r = cfg.rollout
+    if r.max_new_tokens >= r.max_context_tokens:
+        raise ConfigError(
+            f"rollout.max_new_tokens={r.max_new_tokens} must be below rollout.max_context_tokens="
+            f"{r.max_context_tokens}: a turn's answer and the conversation before it share the context"
+        )
+    output_dir = cfg.logging.output_dir
+    if not output_dir.strip():
+        raise ConfigError(
+            f"logging.output_dir={output_dir!r} is empty; name the folder runs are written under (default: runs)"
+        )
+    name = cfg.logging.run_name
+    if name is not None and (name.strip() in (".", "..") or any(c in name for c in "/\\\0")):
+        raise ConfigError(
+            f"logging.run_name={name!r} must be a plain name (no '/' or '\\', not '.' or '..'): it names the run's "
+            "folder inside logging.output_dir"
+        )
+
+
+def _check_tracking(logging: LoggingConfig) -> None:
     """`logging.tracking_uri` is an MLflow store; `logging.tracking_server` an http(s) server in front of the store
     `logging.tracking_uri` names (the run records that store, so it must be one and not another server)."""
     from urllib.parse import urlparse
 
-    uri, server = cfg.logging.tracking_uri, cfg.logging.tracking_server
+    uri, server = logging.tracking_uri, logging.tracking_server
     scheme = urlparse(uri).scheme.split("+")[0] if uri is not None else None  # postgresql+psycopg2 -> postgresql
     if scheme is not None and scheme not in TRACKING_SCHEMES:
         raise ConfigError(
@@ -113,9 +135,9 @@ def _check_tracking(cfg: Config) -> None:
         )
 
 
-def _check_lora(cfg: Config) -> None:
-    """`model.lora`: names of modules to adapt, and no FSDP (its flat shards would mix frozen and trained weights)."""
-    lora = cfg.model.lora
+def _check_lora(lora: LoraConfig, strategy: str) -> None:
+    """`model.lora`: names of modules to adapt, and no FSDP (`trainer.strategy`: its flat shards would mix frozen and
+    trained weights)."""
     targets = lora.target_modules
     if not targets or not all(isinstance(t, str) and t.strip() for t in targets):
         raise ConfigError(
@@ -126,21 +148,21 @@ def _check_lora(cfg: Config) -> None:
         raise ConfigError(
             f"model.lora.target_modules={targets!r}: all-linear already names every linear layer; give it alone"
         )
-    if lora.r > 0 and cfg.trainer.strategy == "fsdp":
+    if lora.r > 0 and strategy == "fsdp":
         raise ConfigError(
             f"model.lora.r={lora.r} with trainer.strategy=fsdp is not supported (FSDP would shard the frozen base "
             "weights with the adapters); use trainer.strategy=ddp, or model.lora.r=0 for full fine-tuning under FSDP"
         )
 
 
-def _check_anchor_states(cfg: Config) -> None:
+def _check_anchor_states(algo: AlgoConfig, env: EnvConfig) -> None:
     """`algo.advantage=gigpo` groups steps by identical env states: the env must say what that means."""
-    if cfg.algo.advantage != "gigpo":
+    if algo.advantage != "gigpo":
         return
-    env_class = ENV_CLASSES.get(str(cfg.env.name).lower())
+    env_class = ENV_CLASSES.get(str(env.name).lower())
     if env_class is not None and not has_state_key(env_class):
         with_keys = ", ".join(name for name, cls in sorted(ENV_CLASSES.items()) if has_state_key(cls))
         raise ConfigError(
-            f"algo.advantage=gigpo needs anchor states, and env.name={cfg.env.name} has no state_key to say which "
+            f"algo.advantage=gigpo needs anchor states, and env.name={env.name} has no state_key to say which "
             f"states are identical; use an env that has one ({with_keys}) or another algo.advantage"
         )

@@ -10,9 +10,9 @@ from typing import Any
 
 from ragen_lit.choices import PRESETS as ALGO_PRESETS
 from ragen_lit.config.checks import validate
+from ragen_lit.config.overrides import parse_overrides
 from ragen_lit.config.sections import MODEL_PRESETS, SECTIONS, Config
 from ragen_lit.errors import ConfigError
-from ragen_lit.overrides import parse_overrides
 
 log = logging.getLogger(__name__)
 

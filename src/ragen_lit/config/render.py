@@ -8,7 +8,7 @@ import textwrap
 from typing import Any
 
 from ragen_lit.config.sections import SECTIONS, Config
-from ragen_lit.typed_fields import field_docs
+from ragen_lit.config.typed_fields import field_docs
 
 # The longest line of a rendered config: the project's line length (ruff's `line-length` in pyproject.toml), so a
 # shipped config reads in the same editor width as the code. Only comments are wrapped: a value longer than this

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ragen_lit.choices import (
     ADVANTAGE_ESTIMATORS,
@@ -24,7 +24,7 @@ from ragen_lit.choices import (
     WANDB_MODES,
 )
 from ragen_lit.choices import PRESETS as ALGO_PRESETS
-from ragen_lit.typed_fields import checked
+from ragen_lit.config.typed_fields import checked
 
 # `model.name` values that pick weights by name (`ragen_lit.presets` resolves them); `hf` means model.path
 MODEL_PRESETS = ("tiny", "smollm2-135m")
@@ -405,3 +405,16 @@ class Config:
 
 
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+
+S = TypeVar("S", bound="Sections")
+
+
+@dataclass(frozen=True)
+class Sections:
+    """The sections of a config one room reads, and no other: a frozen dataclass whose fields are named after them
+    (`model`, `algo`, ...), so that the room takes those sections instead of the whole `Config`."""
+
+    @classmethod
+    def of(cls: type[S], cfg: Config) -> S:
+        """The sections this bundle names, taken from `cfg` (the same objects, not copies)."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})

@@ -26,7 +26,7 @@ characters than the limit times the longest token's length in characters (a boun
 do not drop characters: byte-level BPE, SentencePiece, WordPiece) cannot fit and is skipped before it is
 tokenized, and every text tokenized is therefore bounded.
 
-`--model` takes a run folder or one of its checkpoints as well (`ragen_lit.checkpoints`): the trained policy.
+`--model` takes a run folder or one of its checkpoints as well (`ragen_lit.run.trained_policy`): the trained policy.
 """
 
 from ragen_lit.diagnose.report import format_report, table_rows

@@ -7,13 +7,14 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
 from ragen_lit.config import MODEL_PRESETS, DiagnosticsConfig, ModelConfig
+from ragen_lit.config.typed_fields import check_fields, checked, flag
 from ragen_lit.diagnose.report import format_report
 from ragen_lit.diagnose.rollouts import read_rollouts, skip_summary
 from ragen_lit.diagnose.scoring import diagnose_rollouts
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import check_fields, checked, flag
+from ragen_lit.run.checkpoints import is_run_or_checkpoint
+from ragen_lit.run.trained_policy import load_trained_policy
 
 DTYPES = ("float32", "bfloat16")  # the names of `models.DTYPES` that --dtype accepts
 _BUDGET = next(f for f in dataclasses.fields(DiagnosticsConfig) if f.name == "max_tokens_per_forward")

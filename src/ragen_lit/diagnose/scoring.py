@@ -7,9 +7,9 @@ import random
 import sys
 from dataclasses import dataclass
 
+from ragen_lit.config.typed_fields import flag
 from ragen_lit.diagnose.rollouts import RolloutRow, SkippedRows, skip_summary
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import flag
 
 
 @dataclass

@@ -1,23 +1,22 @@
 """The model `evaluate` plays with, from the references `diagnose` and `export` take: a run folder (its newest
 checkpoint) or one checkpoint, a model folder, a hub id or a preset name.
 
-A run's policy is the checkpoint's weights on the base model the run started from (`checkpoints.load_trained_policy`;
-a LoRA run's adapters merged in); anything else loads as `fit` loads its policy (`models.load_policy`, the config's
-`model.dtype` and `model.attention`). Either is compiled where `fit` compiles its policy (`model.compile`).
-`EvaluatedPolicy` is what `RolloutDataModule.run_rollouts` needs of a module, so evaluation episodes run through the
-same engine and rollout loop as `fit`'s validation.
+A run's policy is the checkpoint's weights on the base model the run started from
+(`run.trained_policy.load_trained_policy`; a LoRA run's adapters merged in); anything else loads as `fit` loads its
+policy (`models.load_policy`, the config's `model.dtype` and `model.attention`). Either is compiled where `fit`
+compiles its policy (`model.compile`). `EvaluatedPolicy` is what `RolloutDataModule.run_rollouts` needs of a module,
+so evaluation episodes run through the same engine and rollout loop as `fit`'s validation.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragen_lit.checkpoint_files import SUFFIX
-from ragen_lit.config import MODEL_PRESETS, Config
+from ragen_lit.config import MODEL_PRESETS, ModelConfig
 from ragen_lit.errors import ConfigError
+from ragen_lit.run.checkpoints import SUFFIX
 
 if TYPE_CHECKING:  # torch and the checkpoints are imported where a model loads: a refusal before that needs neither
     import torch
@@ -57,7 +56,7 @@ def run_config_of(model: str) -> Path | None:
         return None
     if path.is_file() and not path.name.endswith(SUFFIX):
         raise ConfigError(f"{MODEL_FLAG} {model!r}: a file that is not a checkpoint (*{SUFFIX}); give {KINDS}")
-    from ragen_lit.checkpoints import find_checkpoint, is_run_or_checkpoint
+    from ragen_lit.run.checkpoints import find_checkpoint, is_run_or_checkpoint
 
     if not is_run_or_checkpoint(model):
         return None
@@ -84,21 +83,23 @@ def model_overrides(model: str) -> list[str]:
     return ["model.name=hf", f"model.path={path.resolve() if looks_local else model}"]
 
 
-def with_run_model(cfg: Config, model: str) -> Config:
-    """`cfg` with the model section of the run `model` names: its checkpoint's weights fit that base model only."""
-    from ragen_lit.checkpoints import find_checkpoint, run_model_config
+def run_model(model: str) -> ModelConfig:
+    """The model section of the run `model` names: its checkpoint's weights fit that base model only."""
+    from ragen_lit.run.checkpoints import find_checkpoint
+    from ragen_lit.run.trained_policy import run_model_config
 
-    run_model, _ = run_model_config(find_checkpoint(model, MODEL_FLAG), MODEL_FLAG)
-    return dataclasses.replace(cfg, model=run_model)
+    return run_model_config(find_checkpoint(model, MODEL_FLAG), MODEL_FLAG)[0]
 
 
-def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> EvaluatedPolicy:
-    """Load `model` for `cfg` (whose model section already names it: `model_overrides` / `with_run_model`)."""
+def load_evaluated_policy(model: str, m: ModelConfig, accelerator: str, device: torch.device) -> EvaluatedPolicy:
+    """Load `model` as the model section `m` names it (`model_overrides` / `run_model`), on `device`;
+    `accelerator`: the config's `trainer.accelerator` (`model.dtype=auto` and `model.compile=null` depend on it)."""
     from ragen_lit.agent.chat import ChatFormat
-    from ragen_lit.checkpoints import is_run_or_checkpoint, load_trained_policy
     from ragen_lit.config.chat_templates import chat_template_source
     from ragen_lit.models import compile_layers, layer_units, load_policy, load_tokenizer, resolve_compile
     from ragen_lit.presets import resolve_model_path
+    from ragen_lit.run.checkpoints import is_run_or_checkpoint
+    from ragen_lit.run.trained_policy import load_trained_policy
 
     if is_run_or_checkpoint(model):
         trained = load_trained_policy(model, None, MODEL_FLAG)
@@ -107,9 +108,9 @@ def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> Eval
         iteration = trained.progress.get("iteration")
         description = f"{trained.checkpoint} (base model {trained.base})"
     else:
-        model_path = resolve_model_path(cfg.model)
-        tokenizer = load_tokenizer(model_path, chat_template_source(cfg.model.chat_template))
-        policy = load_policy(model_path, cfg.model.dtype, cfg.model.attention, cfg.trainer.accelerator)
+        model_path = resolve_model_path(m)
+        tokenizer = load_tokenizer(model_path, chat_template_source(m.chat_template))
+        policy = load_policy(model_path, m.dtype, m.attention, accelerator)
         description, iteration = model_path, None
     try:
         chat = ChatFormat(tokenizer)
@@ -118,6 +119,6 @@ def load_evaluated_policy(cfg: Config, model: str, device: torch.device) -> Eval
     policy = policy.to(device).eval()
     # compiled as `fit` compiles its policy (`AgentRLModule.configure_model`): the same kernels, so on a GPU too the
     # episodes are sampled as the run's validation sampled them
-    if resolve_compile(cfg.model.compile, cfg.trainer.accelerator) and (cfg.model.compile or layer_units(policy)):
+    if resolve_compile(m.compile, accelerator) and (m.compile or layer_units(policy)):
         compile_layers(policy)
     return EvaluatedPolicy(policy, chat, int(tokenizer.pad_token_id), model_path, device, description, iteration)

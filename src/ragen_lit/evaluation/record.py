@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragen_lit.analysis.runs import EVALUATION_ROLE, ROLE_TAG
-from ragen_lit.config import Config, flat_dict
+from ragen_lit.config import Config, LoggingConfig, flat_dict
 from ragen_lit.errors import ConfigError, RunError
 
 if TYPE_CHECKING:  # the checks before any work import no torch
@@ -34,7 +34,7 @@ _PARAM_BATCH = 100  # MLflow takes at most this many params per call
 _METRIC_BATCH = 1000  # and this many metrics: K samples log 3 K pass@k metrics (value and interval)
 
 
-def report_path(out: str | None, run_json: Path | None, cfg: Config) -> tuple[Path, str]:
+def report_path(out: str | None, run_json: Path | None, logging: LoggingConfig) -> tuple[Path, str]:
     """(the report's path, the setting that names it, for errors): `--out`, or `<run folder>/evaluations/
     eval-<time>.json` for a run, `<logging.output_dir>/evaluations/...` otherwise."""
     if out is not None:
@@ -42,14 +42,14 @@ def report_path(out: str | None, run_json: Path | None, cfg: Config) -> tuple[Pa
     stamp = f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
     if run_json is not None:
         return run_json.parent / REPORT_FOLDER / stamp, f"--model {run_json.parent} (its report, without --out)"
-    key = f"logging.output_dir={cfg.logging.output_dir!r} (the report's folder without --out)"
-    return Path(cfg.logging.output_dir) / REPORT_FOLDER / stamp, key
+    key = f"logging.output_dir={logging.output_dir!r} (the report's folder without --out)"
+    return Path(logging.output_dir) / REPORT_FOLDER / stamp, key
 
 
 def check_report_path(path: Path, key: str) -> None:
     """The report `path` can be written (`key`: the setting that names it): not a folder, not under a file, in a
     folder that exists or can be made and takes a new file. Writes nothing."""
-    from ragen_lit.training.store import check_folder
+    from ragen_lit.run.store import check_folder
 
     if path.is_dir():
         raise ConfigError(f"{key}: a folder; give the JSON file to write (e.g. {path / 'evaluation.json'})")
@@ -59,10 +59,10 @@ def check_report_path(path: Path, key: str) -> None:
     check_folder(path.parent, key)  # a new file can be made there (the probe leaves no trace)
 
 
-def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
+def store_of(logging: LoggingConfig, run_json: Path | None, overrides: list[str]) -> str:
     """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any.
     Makes no folder: the default store's is made when the evaluation is logged."""
-    from ragen_lit.training.tracking import STORE_NAME
+    from ragen_lit.run.store import STORE_NAME
 
     explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
     if run_json is not None and not explicit:
@@ -70,13 +70,13 @@ def store_of(cfg: Config, run_json: Path | None, overrides: list[str]) -> str:
             return json.loads(run_json.read_text())["tracking_uri"]
         except (OSError, ValueError, KeyError) as err:
             raise ConfigError(f"--model: {run_json} does not name the run's MLflow store ({err})") from None
-    return cfg.logging.tracking_uri or f"sqlite:///{Path(cfg.logging.output_dir).resolve() / STORE_NAME}"
+    return logging.tracking_uri or f"sqlite:///{Path(logging.output_dir).resolve() / STORE_NAME}"
 
 
 def check_store(uri: str) -> None:
     """An sqlite store `uri` can be written and, where it exists, reads as a database (`fit`'s check of its store);
     other stores are left to MLflow. Writes nothing."""
-    from ragen_lit.training.store import check_sqlite_store
+    from ragen_lit.run.store import check_sqlite_store
 
     prefix = "sqlite:///"
     if uri.startswith(prefix):
@@ -107,18 +107,19 @@ def evaluation_label(result: EnvEvaluation, iteration: int | None) -> str:
 def log_evaluation(
     cfg: Config, result: EnvEvaluation, model: str, run_json: Path | None, evaluated: EvaluatedPolicy, uri: str
 ) -> tuple[str, str]:
-    """One finished MLflow run holding `result`; returns (tracking URI, run id)."""
+    """One finished MLflow run holding `result`, with `cfg`, the config it was played with, as its params; returns
+    (tracking URI, run id)."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from ragen_lit.provenance import commit_tags
-    from ragen_lit.training.tracking import ensure_experiment, tracking_uri
+    from ragen_lit.run.provenance import commit_tags
+    from ragen_lit.run.store import ensure_experiment, tracking_uri
 
     client = MlflowClient(tracking_uri=uri)
     source_id, source_tags, source_name, experiment_id = _source_run(client, run_json)
     if experiment_id is None:
-        if uri == tracking_uri(cfg):
-            ensure_experiment(cfg)  # the default store keeps its artifacts under logging.output_dir, as `fit` does
+        if uri == tracking_uri(cfg.logging):  # the default store keeps its artifacts under logging.output_dir
+            ensure_experiment(cfg.logging)  # as `fit` does
         experiment = client.get_experiment_by_name(cfg.logging.experiment)
         experiment_id = experiment.experiment_id if experiment else client.create_experiment(cfg.logging.experiment)
     base = source_tags.get("point") or source_name or model
@@ -181,7 +182,7 @@ def log_evaluations(
 def report_record(model: str, evaluated: EvaluatedPolicy, results: list[EnvEvaluation]) -> dict:
     """The JSON report: what was evaluated, where and when, each environment's result; `mlflow` (the runs that log
     it) empty until they are logged."""
-    from ragen_lit.provenance import source_commit
+    from ragen_lit.run.provenance import source_commit
 
     commit = source_commit()
     return {

@@ -15,7 +15,7 @@ report holds every number and each seed's successes.
 
 A mistake ends in one line before any model loads or anything is written: the options, a `--model` file that is no
 checkpoint or `model` overrides of a run's own model, the report's path and the MLflow stores, the episodes x
-samples this machine's memory holds (`machine_bounds`' bound of `fit`'s episodes), then `fit`'s preflight.
+samples this machine's memory holds (`run.bounds`' bound of `fit`'s episodes), then `fit`'s preflight.
 """
 
 from __future__ import annotations
@@ -23,12 +23,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ragen_lit.config import Config, load_config
+from ragen_lit.config import Config, RolloutConfig, ValidationConfig, load_config
 from ragen_lit.config.loading import load_saved_config
 from ragen_lit.config.sections import MAX_SEED
+from ragen_lit.config.typed_fields import check_fields, checked, flag
 from ragen_lit.errors import ConfigError
-from ragen_lit.typed_fields import check_fields, checked, flag
+
+if TYPE_CHECKING:  # the checks before any work import no torch
+    from ragen_lit.training.sections import DataSections
 
 ONE_PROCESS = {"devices": 1, "num_nodes": 1, "strategy": "auto"}
 
@@ -83,38 +87,42 @@ def read_seed_file(path: str, most: int | None = None) -> list[int]:
     return seeds
 
 
-def episode_seeds(cfg: Config, options: EvaluateOptions, where: str) -> list[int]:
-    """The seeds this config's episodes are played on (module docstring), no more than this machine holds at
-    `--samples` each (`check_played`)."""
-    from ragen_lit.machine_bounds import available_memory, host_episodes
+def episode_seeds(
+    validation: ValidationConfig, rollout: RolloutConfig, options: EvaluateOptions, where: str
+) -> list[int]:
+    """The seeds a config's episodes are played on (module docstring: `validation`'s seeds or the file's), no more
+    than this machine holds at `--samples` each with `rollout`'s context (`check_played`)."""
+    from ragen_lit.run.bounds import available_memory, host_episodes
 
     memory = available_memory()
     if options.episodes_file is not None:
-        most = host_episodes(cfg, memory) // options.samples
+        most = host_episodes(rollout, memory) // options.samples
         seeds = read_seed_file(options.episodes_file, most)
         cut = len(seeds) > most  # the file holds more: it was not read to its end
         held = f"more than {most} seeds; its first {len(seeds)}" if cut else f"{len(seeds)} seeds"
-        check_played(cfg, len(seeds), options.samples, memory, f"--episodes-file {options.episodes_file} ({held})", cut)
+        check_played(
+            rollout, len(seeds), options.samples, memory, f"--episodes-file {options.episodes_file} ({held})", cut
+        )
         return seeds
-    count = options.episodes or cfg.validation.num_envs
+    count = options.episodes or validation.num_envs
     if count == 0:
         raise ConfigError(f"{where}: validation.num_envs=0, so there are no validation episodes; give --episodes N")
     named = f"--episodes {count}" if options.episodes else f"validation.num_envs={count} (the default --episodes)"
-    check_played(cfg, count, options.samples, memory, named)
-    return list(range(cfg.validation.seed, cfg.validation.seed + count))
+    check_played(rollout, count, options.samples, memory, named)
+    return list(range(validation.seed, validation.seed + count))
 
 
-def check_played(cfg: Config, count: int, samples: int, memory: int, named: str, cut: bool = False) -> None:
+def check_played(rollout: RolloutConfig, count: int, samples: int, memory: int, named: str, cut: bool = False) -> None:
     """`count` episodes x `samples` are played in one rollout call, held on the host as an iteration of `fit` is:
-    refused past the bound `fit` keeps (`machine_bounds.host_episodes`, with `memory` bytes available) in one line
+    refused past the bound `fit` keeps (`run.bounds.host_episodes`, with `memory` bytes available) in one line
     naming the option and its largest value. `named`: the option that gave the episodes, with its value; `cut`: a
     seed file read only in part (it holds more than `count`)."""
-    from ragen_lit.machine_bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
+    from ragen_lit.run.bounds import HOST_BYTES_PER_TOKEN, host_episodes, host_need
 
-    fit = host_episodes(cfg, memory)
+    fit = host_episodes(rollout, memory)
     if count * samples <= fit:
         return
-    need = host_need(cfg, count * samples, memory)
+    need = host_need(rollout, count * samples, memory)
     if count <= fit and not cut:  # each episode once fits: the samples are too many
         raise ConfigError(f"--samples {samples} x {named} = {need}; use at most --samples {fit // count}")
     if fit == 0:
@@ -144,7 +152,7 @@ def evaluation_configs(
 ) -> list[tuple[Config, str]]:
     """(config, where it came from) per environment, each with the evaluated model in its model section; `run_json`:
     the run.json of the run `model` names (None for a model that is not a run's)."""
-    from ragen_lit.evaluation.policy import model_overrides, with_run_model
+    from ragen_lit.evaluation.policy import model_overrides, run_model
 
     if run_json is None:
         overrides = [*overrides, *model_overrides(model)]
@@ -162,7 +170,8 @@ def evaluation_configs(
     else:
         loaded = [(load_config(None, overrides), "defaults")]
     if run_json is not None:
-        loaded = [(with_run_model(cfg, model), where) for cfg, where in loaded]
+        base = run_model(model)
+        loaded = [(replace(cfg, model=base), where) for cfg, where in loaded]
     # one process on one device, whatever the run was trained on (the machine check then asks for one device only)
     loaded = [(replace(cfg, trainer=replace(cfg.trainer, **ONE_PROCESS)), where) for cfg, where in loaded]
     first, first_where = loaded[0]
@@ -191,14 +200,14 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
 
     run_json = run_config_of(options.model)
     loaded = evaluation_configs(configs, overrides, options.model, run_json)
-    out, key = report_path(options.out, run_json, loaded[0][0])
+    out, key = report_path(options.out, run_json, loaded[0][0].logging)
     check_report_path(out, key)
-    stores = [store_of(cfg, run_json, overrides) for cfg, _ in loaded]
+    stores = [store_of(cfg.logging, run_json, overrides) for cfg, _ in loaded]
     for store in dict.fromkeys(stores):
         check_store(store)
-    plans = [(cfg, where, episode_seeds(cfg, options, where)) for cfg, where in loaded]
-    from ragen_lit.preflight import preflight
-    from ragen_lit.training.console import quiet_third_party
+    plans = [(cfg, where, episode_seeds(cfg.validation, cfg.rollout, options, where)) for cfg, where in loaded]
+    from ragen_lit.run.console import quiet_third_party
+    from ragen_lit.run.preflight import preflight
 
     for cfg, _, seeds in plans:
         # fit's checks, with the evaluation's rollout call as its validation (the generation batch's bound)
@@ -211,18 +220,20 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     from ragen_lit.evaluation.policy import load_evaluated_policy
     from ragen_lit.evaluation.record import log_evaluations
     from ragen_lit.evaluation.report import format_evaluation
-    from ragen_lit.warm_start import training_device
+    from ragen_lit.training.sections import DataSections
+    from ragen_lit.training.warm_start import training_device
 
     first = plans[0][0]
     if first.trainer.threads:
         torch.set_num_threads(first.trainer.threads)
     torch.set_float32_matmul_precision(first.trainer.matmul_precision)
-    evaluated = load_evaluated_policy(first, options.model, training_device(first.trainer.accelerator))
+    accelerator = first.trainer.accelerator
+    evaluated = load_evaluated_policy(options.model, first.model, accelerator, training_device(accelerator))
     at = f", iteration {evaluated.iteration}" if evaluated.iteration is not None else ""
     print(f"evaluating {evaluated.description}{at} on {evaluated.device}", flush=True)
     results = []
     for cfg, where, seeds in plans:
-        result = play(cfg, where, seeds, options, evaluated)
+        result = play(DataSections.of(cfg), cfg.validation, where, seeds, options, evaluated)
         print(format_evaluation(result), flush=True)
         results.append((cfg, result))
     # the report first, then MLflow: no evaluation is logged whose report was not written
@@ -233,24 +244,32 @@ def run_evaluate(configs: list[str], overrides: list[str], options: EvaluateOpti
     return 0
 
 
-def play(cfg: Config, where: str, seeds: list[int], options: EvaluateOptions, evaluated):
-    """K samples of every seed in one rollout call through `cfg`'s engine; returns its `EnvEvaluation`."""
+def play(
+    sections: DataSections,
+    validation: ValidationConfig,
+    where: str,
+    seeds: list[int],
+    options: EvaluateOptions,
+    evaluated,
+):
+    """K samples of every seed in one rollout call through the engine and env of `sections` (`validation`: the
+    temperature and sampling seed `options` leave to it); returns its `EnvEvaluation`."""
     from ragen_lit.evaluation.report import evaluate_trajectories
     from ragen_lit.training.data import RolloutDataModule
 
-    temperature = cfg.validation.temperature if options.temperature is None else options.temperature
-    sampling_seed = cfg.validation.seed if options.seed is None else options.seed
+    temperature = validation.temperature if options.temperature is None else options.temperature
+    sampling_seed = validation.seed if options.seed is None else options.seed
     k = options.samples
     played_seeds = [seed for seed in seeds for _ in range(k)]
     positions = [i for i in range(len(seeds)) for _ in range(k)]
     started = time.perf_counter()
-    data = RolloutDataModule(cfg)
+    data = RolloutDataModule(sections)
     trajectories = data.run_rollouts(evaluated, played_seeds, positions, temperature, seed=sampling_seed)
     return evaluate_trajectories(
         trajectories,
         seeds,
         k,
-        env=cfg.env.name,
+        env=sections.env.name,
         config=where,
         temperature=temperature,
         sampling_seed=sampling_seed,

@@ -1,6 +1,10 @@
 """`compare`'s template-collapse figures: the diagnostics streams over training per grid point with the monitors'
 firings (`collapse_curves`), and the MI-entropy plane with the regimes' regions and each run's end point
-(`regime_plane`). Pure functions from numbers to a `Figure`, like the rest of `ragen_lit.figures`."""
+(`regime_plane`). Pure functions from numbers to a `Figure`, like the rest of `ragen_lit.figures`.
+
+Template collapse at three layers, one module each: `metrics.collapse` computes the diagnostics during a run,
+`analysis.collapse` reads their logged streams for `compare --collapse`, `figures.collapse` draws that reading.
+"""
 
 from __future__ import annotations
 

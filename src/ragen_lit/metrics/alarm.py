@@ -23,6 +23,10 @@ blow-up, where the reasoning dissolves into input-agnostic fragments as entropy 
 also watches rises sees the second one too. `compare --collapse` (`analysis.collapse`) tells the regimes apart and
 sets a one-sided and a two-sided entropy monitor beside the alarm; docs/REPRODUCTION.md ("Template collapse at the
 shipped defaults", "MI loss under an entropy blow-up") gives their hits, false alarms and lead times.
+
+One alarm at two layers: this module is the detector (`CollapseAlarm`, plain Python on a stream of metric dicts, so
+`compare --collapse` replays it on logged runs); `training.alarm` is its Lightning side in `fit` (the callback that
+feeds it each iteration's diagnostics, logs `collapse/alarm` and acts on `diagnostics.on_collapse`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ In distributed runs the pairs are drawn once over all ranks' trajectories: a sma
 and every rank makes the same seeded draw. Each rank then scores the drawn pairs of its own trajectories
 against all columns (their prompts are all-gathered), so N, the chance level and the metric states (sums,
 reduced over ranks) are those of one process on all the rollouts.
+
+Template collapse at three layers, one module each: `metrics.collapse` computes the diagnostics during a run,
+`analysis.collapse` reads their logged streams for `compare --collapse`, `figures.collapse` draws that reading.
 """
 
 from __future__ import annotations
@@ -132,11 +135,12 @@ def sampled_reasoning(trajectory, turn) -> list[int] | str:
 
 
 class CollapseDiagnostics(nn.Module):
-    """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module)."""
+    """Holds one `MIDiagnostics` per scope (their EMA state is checkpointed with the module), computed as the config's
+    `diagnostics` section asks."""
 
-    def __init__(self, cfg):
+    def __init__(self, diagnostics):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = diagnostics
         # on the host (see `_apply`); the states sync over ranks through the backend's device
         self.first_turn = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)
         self.trajectory = MIDiagnostics(dist_sync_fn=dist_utils.gather_via_backend_device)

@@ -22,6 +22,8 @@ from datetime import timedelta
 
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
+from ragen_lit.config import TrainerConfig
+
 
 class ManualSyncDDPStrategy(DDPStrategy):
     strategy_name = "ragen_ddp"
@@ -41,35 +43,35 @@ class FSDPStrategy(ModelParallelStrategy):
         super().setup_environment()
 
 
-def ddp_strategy(cfg) -> ManualSyncDDPStrategy:
-    return ManualSyncDDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes))
+def ddp_strategy(trainer: TrainerConfig) -> ManualSyncDDPStrategy:
+    return ManualSyncDDPStrategy(timeout=timedelta(minutes=trainer.timeout_minutes))
 
 
-def fsdp_strategy(cfg) -> FSDPStrategy:
-    return FSDPStrategy(timeout=timedelta(minutes=cfg.trainer.timeout_minutes), save_distributed_checkpoint=True)
+def fsdp_strategy(trainer: TrainerConfig) -> FSDPStrategy:
+    return FSDPStrategy(timeout=timedelta(minutes=trainer.timeout_minutes), save_distributed_checkpoint=True)
 
 
-def _device_count(cfg) -> int:
+def _device_count(trainer: TrainerConfig) -> int:
     """Processes per node Lightning will start for `trainer.devices` (an int, a list of ids, or 'auto')."""
-    devices = cfg.trainer.devices
+    devices = trainer.devices
     if isinstance(devices, (list, tuple)):
         return len(devices)
     if devices == "auto":
         import torch
 
         # Lightning's 'auto' takes every visible GPU when it runs on GPUs, one process on CPU
-        if cfg.trainer.accelerator != "cpu" and torch.cuda.is_available():
+        if trainer.accelerator != "cpu" and torch.cuda.is_available():
             return torch.cuda.device_count()
         return 1
     return int(devices)
 
 
-def choose_strategy(cfg):
+def choose_strategy(trainer: TrainerConfig):
     """fsdp and ddp are the project's own strategies; `auto` takes the project's DDP as soon as there is more than
     one process (Lightning's auto pick wraps the module in DistributedDataParallel, whose reducer does not fit the
     RL update's several backward passes: its collectives mismatch and the ranks abort)."""
-    if cfg.trainer.strategy == "fsdp":
-        return fsdp_strategy(cfg)
-    if cfg.trainer.strategy == "ddp" or _device_count(cfg) * cfg.trainer.num_nodes > 1:
-        return ddp_strategy(cfg)
+    if trainer.strategy == "fsdp":
+        return fsdp_strategy(trainer)
+    if trainer.strategy == "ddp" or _device_count(trainer) * trainer.num_nodes > 1:
+        return ddp_strategy(trainer)
     return "auto"

@@ -1,5 +1,5 @@
 """The scripted expert's episodes of an env as `fit` plays it: the SFT data of the tiny model's build
-(`tiny/build.py`) and of `python -m ragen_lit warm-start` (`presets/warm_start.py`).
+(`tiny/build.py`) and of `python -m ragen_lit warm-start` (`training/warm_start.py`).
 
 `EnvSetup` is an env with the options and episode limits of a config; `expert_episodes` runs any engine
 (the `ExpertEngine` of `tiny/expert.py`) through the real rollout loop on it, so the trajectories hold
@@ -17,7 +17,7 @@ from typing import Any
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.agent.trajectory import Trajectory
-from ragen_lit.config import Config
+from ragen_lit.config import EnvConfig, RolloutConfig
 from ragen_lit.engines.base import Engine, SamplingParams
 from ragen_lit.envs import make_env
 from ragen_lit.errors import ConfigError
@@ -37,8 +37,9 @@ class EnvSetup:
     limits: EpisodeLimits = EpisodeLimits()
 
     @classmethod
-    def from_config(cls, cfg: Config) -> EnvSetup:
-        return cls(cfg.env.name, dict(cfg.env.options), EpisodeLimits.of(cfg.rollout))
+    def of(cls, env: EnvConfig, rollout: RolloutConfig) -> EnvSetup:
+        """The env a config's `env` section names, with its options and `rollout`'s episode limits."""
+        return cls(env.name, dict(env.options), EpisodeLimits.of(rollout))
 
     def make_env(self):
         return make_env(self.name, **self.options)

@@ -1,6 +1,6 @@
 """Supervised warm start on trajectories: next-token cross-entropy on the sampled (assistant) tokens,
 plus an auxiliary language-modelling loss on the context (prompt and environment) tokens. It trains the
-tiny model from scratch (`tiny/build.py`) and warm-starts any causal LM (`presets/warm_start.py`).
+tiny model from scratch (`tiny/build.py`) and warm-starts any causal LM (`training/warm_start.py`).
 
 The batches are the rollout's own `token_ids` and `loss_mask`, so the model learns exactly the token
 layout RL later samples and scores. The context tokens are largely predictable: grid rows follow from

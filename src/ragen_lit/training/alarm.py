@@ -1,10 +1,14 @@
 """`diagnostics.on_collapse`: feed each iteration's diagnostics to the template-collapse alarm
-(`metrics.alarm.CollapseAlarm`), log `collapse/alarm`, warn when it fires, and with `stop` end the run cleanly."""
+(`metrics.alarm.CollapseAlarm`), log `collapse/alarm`, warn when it fires, and with `stop` end the run cleanly.
+
+One alarm at two layers: `metrics.alarm` is the detector (its definition and defaults), this module its Lightning
+side in `fit`."""
 
 from __future__ import annotations
 
 import lightning as L
 
+from ragen_lit.config import DiagnosticsConfig
 from ragen_lit.metrics.alarm import CollapseAlarm
 from ragen_lit.training.callbacks import IterationLogger
 
@@ -14,11 +18,13 @@ class CollapseAlarmCallback(L.Callback):
     rank takes the same decision), so it must follow `IterationLogger` in the callbacks list; Lightning runs
     `ModelCheckpoint` after both (monitoring callbacks run last in `on_train_epoch_end`). It acts once
     when the alarm turns on (console line; with `stop` a checkpoint of this iteration and `should_stop`) and
-    again only after the alarm has cleared. The detector's state is checkpointed with this callback."""
+    again only after the alarm has cleared. The detector's state is checkpointed with this callback.
 
-    def __init__(self, cfg):
-        d = cfg.diagnostics
-        self.mode, self.checkpoint_every = d.on_collapse, cfg.trainer.checkpoint_every
+    `d`: the `diagnostics` section (`on_collapse` and the alarm's settings); `checkpoint_every`: the run's
+    `trainer.checkpoint_every` (an iteration checkpointed anyway needs no checkpoint of the alarm's own)."""
+
+    def __init__(self, d: DiagnosticsConfig, checkpoint_every: int):
+        self.mode, self.checkpoint_every = d.on_collapse, checkpoint_every
         self.alarm = CollapseAlarm(
             d.collapse_baseline, d.collapse_window, d.collapse_mi_fraction, d.collapse_entropy_floor
         )

@@ -12,28 +12,29 @@ import dataclasses
 import torch
 
 from ragen_lit.algos import uses_critic
-from ragen_lit.config import Config
+from ragen_lit.config import ModelConfig, TrainerConfig
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, load_critic, load_policy
 from ragen_lit.models.critic import Critic
 
 
-def build_models(cfg: Config, model_path: str) -> tuple[torch.nn.Module, Critic | None]:
-    """(policy, critic); the critic is None for advantages that need none (`algos.uses_critic`)."""
-    m, lora = cfg.model, cfg.model.lora
-    accelerator = cfg.trainer.accelerator  # `model.dtype=auto` depends on it
+def build_models(
+    m: ModelConfig, trainer: TrainerConfig, advantage: str, model_path: str
+) -> tuple[torch.nn.Module, Critic | None]:
+    """(policy, critic) as the `model` section `m` asks; the critic is None for an `algo.advantage` that needs none
+    (`algos.uses_critic`)."""
+    lora = m.lora
+    accelerator = trainer.accelerator  # `model.dtype=auto` depends on it
     policy = load_policy(model_path, m.dtype, m.attention, accelerator)
     if m.gradient_checkpointing:
         # FSDP2 composes with non-reentrant checkpointing only; under LoRA the frozen embeddings' output needs no
         # grad, and a reentrant checkpoint would then give the adapters inside it none either
-        if cfg.trainer.strategy == "fsdp" or lora.r > 0:
+        if trainer.strategy == "fsdp" or lora.r > 0:
             policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         else:
             policy.gradient_checkpointing_enable()
     critic = (
-        load_critic(m.critic_path or model_path, m.dtype, m.attention, accelerator)
-        if uses_critic(cfg.algo.advantage)
-        else None
+        load_critic(m.critic_path or model_path, m.dtype, m.attention, accelerator) if uses_critic(advantage) else None
     )
     if lora.r > 0:
         adapters = dataclasses.asdict(lora)

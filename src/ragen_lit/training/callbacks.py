@@ -10,6 +10,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from tqdm.auto import tqdm
 
 from ragen_lit.agent.trajectory import rollout_metrics
+from ragen_lit.config import ValidationConfig
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.gpu_memory import phase_peak, start_phase
 
@@ -21,15 +22,16 @@ def _log(trainer, metrics: dict[str, float], step: int) -> None:
 
 class IterationLogger(L.Callback):
     """At the end of every iteration: rollout, filter, diagnostics, update and timing metrics, logged
-    with the iteration as step; also enforces `filter.empty_stop_steps`, counting the iterations in a row
-    whose filter kept nothing in `empty_streak`. The metrics of every iteration so far (`history`), the streak
-    and the run's wall time are checkpointed with this callback, so a resumed run's summary and figures cover
-    the whole run and its streak goes on.
+    with the iteration as step; also stops the run after `empty_stop_steps` (`filter.empty_stop_steps`) iterations
+    in a row whose filter kept nothing, counting them in `empty_streak`. The metrics of every iteration so far
+    (`history`), the streak and the run's wall time are checkpointed with this callback, so a resumed run's summary
+    and figures cover the whole run and its streak goes on.
 
     `started`: when this process began the run (`time.perf_counter()`); `wall_s()` adds the wall time the run
     had spent up to the checkpoint it resumed from (work redone after a kill is counted once)."""
 
-    def __init__(self, started: float | None = None):
+    def __init__(self, empty_stop_steps: int, started: float | None = None):
+        self.empty_stop_steps = empty_stop_steps
         self.history: list[dict[str, float]] = []
         self.empty_streak = 0
         self.started = time.perf_counter() if started is None else started
@@ -59,7 +61,7 @@ class IterationLogger(L.Callback):
         _log(trainer, metrics, step=iteration)
         if metrics.get("filter/empty", 0.0) >= 1.0:
             self.empty_streak += 1
-            limit = module.cfg.filter.empty_stop_steps
+            limit = self.empty_stop_steps
             if self.empty_streak >= limit:
                 trainer.should_stop = True
                 if trainer.is_global_zero:
@@ -86,17 +88,18 @@ class IterationLogger(L.Callback):
 
 
 class ValidationRollouts(L.Callback):
-    """Rollouts on the fixed validation seeds at the validation temperature: before the first update,
-    every `validation.every_n_iterations`, and at the end. The results are checkpointed with this callback: a
-    resumed run neither validates again nor adds a point where the run it continues did not validate."""
+    """Rollouts on the fixed validation seeds at the validation temperature (the `validation` section): before the
+    first update, every `validation.every_n_iterations`, and at the end. The results are checkpointed with this
+    callback: a resumed run neither validates again nor adds a point where the run it continues did not validate."""
 
-    def __init__(self):
+    def __init__(self, validation: ValidationConfig):
+        self.validation = validation
         self.results: dict[int, dict[str, float]] = {}
 
     def run(self, trainer, module, iteration: int) -> dict[str, float]:
         if iteration in self.results:
             return self.results[iteration]
-        v = module.cfg.validation
+        v = self.validation
         rank, world = dist_utils.rank_and_world()
         seeds = list(range(v.seed + rank, v.seed + v.num_envs, world))
         bar = next((c for c in trainer.callbacks if isinstance(c, IterationProgressBar)), None)
@@ -114,17 +117,17 @@ class ValidationRollouts(L.Callback):
 
     def on_train_start(self, trainer, module):
         # a resumed run starts past iteration 0: its "before the first update" point is in the restored results
-        if module.cfg.validation.num_envs and trainer.current_epoch == 0:
+        if self.validation.num_envs and trainer.current_epoch == 0:
             self.run(trainer, module, 0)
 
     def on_train_epoch_end(self, trainer, module):
-        every = module.cfg.validation.every_n_iterations
+        every = self.validation.every_n_iterations
         iteration = trainer.current_epoch + 1
-        if module.cfg.validation.num_envs and every and iteration % every == 0:
+        if self.validation.num_envs and every and iteration % every == 0:
             self.run(trainer, module, iteration)
 
     def on_train_end(self, trainer, module):
-        if module.cfg.validation.num_envs:
+        if self.validation.num_envs:
             self.run(trainer, module, trainer.current_epoch)
 
     def state_dict(self):

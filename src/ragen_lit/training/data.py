@@ -29,7 +29,6 @@ from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import EpisodeLimits, rollout
 from ragen_lit.agent.trajectory import rollout_metrics
 from ragen_lit.algos import overlong_penalty
-from ragen_lit.config import Config
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.envs import make_env
@@ -38,6 +37,7 @@ from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.seeds import MINIBATCH_ORDER, ROLLOUT_SAMPLING, derive_seed
 from ragen_lit.training.batch import collate, select_rows
 from ragen_lit.training.gpu_memory import phase_peak, start_phase
+from ragen_lit.training.sections import DataSections
 
 log = logging.getLogger(__name__)
 # Dynamic sampling's extra rounds draw their env seeds this far above the first round's (`train_seeds`)
@@ -104,12 +104,15 @@ class RolloutModule(Protocol):
 class RolloutDataModule(L.LightningDataModule):
     """Rollouts → mini-batches, one iteration per epoch. Talks to the LightningModule through
     `RolloutModule` only: `self.trainer.lightning_module` in `train_dataloader`, the `module` argument of
-    `run_rollouts` (also used by the validation callback, and by benchmarks without a Trainer)."""
+    `run_rollouts` (also used by the validation callback, and by benchmarks without a Trainer).
 
-    def __init__(self, cfg: Config, run_dir: Path | None = None):
+    `rollouts_dir`: the folder every iteration's rollouts are written to as JSONL for `diagnose`
+    (`logging.save_rollouts`); None writes none."""
+
+    def __init__(self, cfg: DataSections, rollouts_dir: Path | None = None):
         super().__init__()
         self.cfg = cfg
-        self.run_dir = run_dir
+        self.rollouts_dir = rollouts_dir
         self.engine = None
         self.iteration_metrics: dict[str, float] = {}
         self.rolled_out = -1  # the last iteration whose rollouts were generated (checkpointed)
@@ -181,10 +184,8 @@ class RolloutDataModule(L.LightningDataModule):
 
         with measured(timings, "diagnostics", module.device):
             metrics.update(module.collapse_diagnostics(trajectories, iteration))
-        if cfg.logging.save_rollouts and self.run_dir is not None:
-            save_rollouts(
-                self.run_dir / "rollouts" / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer
-            )
+        if self.rollouts_dir is not None:
+            save_rollouts(self.rollouts_dir / f"iter_{iteration:05d}.jsonl", trajectories, module.chat.tokenizer)
 
         metrics.update(module.gradient_buckets(trajectories, iteration))
         keep_rows, filter_metrics = self.select(sampled)

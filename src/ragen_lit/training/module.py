@@ -4,10 +4,11 @@ With `model.lora.r > 0` the policy and the critic's backbone carry peft adapters
 head) train; the KL reference is the policy with its adapters disabled, and checkpoints leave the frozen base
 weights out.
 
-The algorithm lives in `ragen_lit.algos` (pure tensor functions); this class wires it to Lightning:
-`prepare_batch` computes old/ref log-probs, values and advantages for one iteration's kept rollouts,
-`training_step` runs one optimizer step of actor and critic on one mini-batch (split into micro-batches
-whose losses add up exactly to the mini-batch loss; every backward goes through `manual_backward`).
+The algorithm's math lives in `ragen_lit.algos` (pure tensor functions); this class wires it to Lightning:
+`prepare_batch` computes old/ref log-probs, values and advantages for one iteration's kept rollouts, and
+`update` (what `training_step` runs) is the PPO/GRPO update of one mini-batch, read top to bottom in one place:
+one optimizer step of actor and critic over its micro-batches, whose losses add up exactly to the mini-batch
+loss (every backward goes through `manual_backward`).
 What `RolloutDataModule` uses of it is listed in `ragen_lit.training.data.RolloutModule`.
 
 Under `trainer.strategy=fsdp`, `configure_model` shards policy, critic and reference with FSDP2
@@ -24,13 +25,13 @@ from collections import defaultdict
 import lightning as L
 import torch
 
-from ragen_lit.config import Config
+from ragen_lit.algos import actor_loss, value_loss
 from ragen_lit.logprobs import HostMasks, token_logprobs
 from ragen_lit.metrics.collapse import CollapseDiagnostics
 from ragen_lit.metrics.gradient_buckets import NUM_BUCKETS, bucket_reward_variance, gradient_bucket_norms, row_buckets
 from ragen_lit.models import compile_layers, layer_units, resolve_compile
 from ragen_lit.parallel import collectives as dist_utils
-from ragen_lit.parallel.lockstep import lockstep
+from ragen_lit.parallel.lockstep import lockstep, zero_loss
 from ragen_lit.parallel.sharded import ShardedModels
 from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.training import prepare, steps
@@ -38,10 +39,11 @@ from ragen_lit.training.batch import collate, planned_micro_batches, select_rows
 from ragen_lit.training.build_models import build_models, check_trainable_state, frozen_copy, frozen_keys
 from ragen_lit.training.gpu_memory import cap_process_memory
 from ragen_lit.training.optimizers import build_optimizers, warn_stalled_updates
+from ragen_lit.training.sections import ModuleSections
 
 
 class AgentRLModule(L.LightningModule):
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: ModuleSections):
         super().__init__()
         self.cfg = cfg
         self._logprob_gap = prepare.LogprobGap(cfg.rollout.engine)
@@ -49,7 +51,7 @@ class AgentRLModule(L.LightningModule):
         self.model_path = resolve_model_path(cfg.model)
         self.tokenizer, self.chat = load_chat(cfg.model, self.model_path)  # model.chat_template applied
         self.pad_token_id = int(self.tokenizer.pad_token_id)
-        self.policy, self.critic = build_models(cfg, self.model_path)
+        self.policy, self.critic = build_models(cfg.model, cfg.trainer, cfg.algo.advantage, self.model_path)
         if cfg.model.lora.r > 0:  # checkpoints leave the frozen base weights out; `on_load_checkpoint` checks the rest
             self.strict_loading = False
         # the frozen reference is re-creatable from the weights on disk: keep it out of checkpoints. Under LoRA the
@@ -174,8 +176,8 @@ class AgentRLModule(L.LightningModule):
 
     @property
     def old_logprobs_in_update(self) -> bool:
-        """The update computes the old log-probs itself (`optim.old_logprobs_from_update`, and the iteration takes
-        one optimizer step, so every micro-batch is scored at the weights the rollouts were sampled with)."""
+        """The update takes the old log-probs from its own scores (`steps.OldPolicyFromUpdate`, which says why that
+        is exact): `optim.old_logprobs_from_update`, and the iteration takes one optimizer step."""
         o = self.cfg.optim
         return o.old_logprobs_from_update and self.cfg.algo.ppo_epochs == 1 and o.num_minibatches == 1
 
@@ -213,9 +215,9 @@ class AgentRLModule(L.LightningModule):
             self._fsdp.reshard()
         if batch is None:
             # whitening sums over all ranks' rows: this rank adds its (empty) share, or the others would wait
-            prepare.advantages_of(self.cfg, prepare.no_rows(self.device))
+            prepare.advantages_of(self.cfg.algo, prepare.no_rows(self.device))
             return {}
-        return prepare.finish_batch(self.cfg, batch, parts, keep_ratio, self._logprob_gap)
+        return prepare.finish_batch(self.cfg.algo, self.cfg.filter, batch, parts, keep_ratio, self._logprob_gap)
 
     # -- diagnostics (`RolloutDataModule` calls them on every iteration's rollouts) ---------------------
     def collapse_diagnostics(self, trajectories, iteration: int) -> dict[str, float]:
@@ -253,7 +255,7 @@ class AgentRLModule(L.LightningModule):
             num_buckets,
             micro_batches=lambda rows: self._micro_batches(select_rows(batch, rows.to(device))),
             score=lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
-            loss_settings=steps.loss_settings(self.cfg),
+            loss_settings=steps.loss_settings(self.cfg.algo, self.cfg.rollout),
             sharded=self.sharded,
         )
 
@@ -270,40 +272,82 @@ class AgentRLModule(L.LightningModule):
         return tuple(x if isinstance(x, list) else [x] for x in (self.optimizers(), self.lr_schedulers()))
 
     def update(self, minibatch, optimizers, schedulers) -> None:
-        """One optimizer step of the actor (and critic) on one prepared mini-batch. None: this rank has no
-        rows but others do; it joins their collectives (the totals, and under FSDP every sharded forward
-        and backward, on dummies) and contributes zero gradients, so the replicas stay identical."""
+        """One PPO/GRPO optimizer step of the actor, then of the critic, on one prepared mini-batch, top to bottom:
+        the mini-batch totals that normalise the losses; for each micro-batch the policy's scores, the actor loss
+        (`algos.actor_loss`), its backward and its stats; the actor's optimizer step; the critic likewise
+        (`algos.value_loss`).
+
+        The totals are summed over all ranks, so the micro-batch losses add up to the mini-batch loss and gradients
+        are summed over ranks. `minibatch` None: this rank has no rows but others do; it joins their collectives
+        (the totals, and under FSDP every sharded forward and backward, on lock-step dummies: `real` False, a zero
+        loss, nothing recorded) and contributes zero gradients, so the replicas stay identical. The old log-probs
+        come from prepare, or on the speed path from this update's own scores (`steps.OldPolicyFromUpdate`)."""
         if minibatch is None:
             mask = torch.zeros(0, 1, dtype=torch.bool, device=self.device)
         else:
             mask = minibatch["loss_mask"]
-        totals = steps.minibatch_totals(mask, self._record)
+        totals, imbalance = steps.minibatch_totals(mask)
+        if imbalance is not None:
+            self._record("parallel/token_imbalance", imbalance)
         micros = self._micro_batches(minibatch)  # the actor's and the critic's
-        scored = steps.actor_backward(
-            micros,
-            lambda micro, with_entropy: self._logprobs(self.policy, micro, with_entropy=with_entropy),
-            self.manual_backward,
-            self._record,
-            settings=steps.loss_settings(self.cfg),
-            totals=totals,
-            from_update=self.old_logprobs_in_update,
-            entropy_bonus=self.cfg.algo.entropy_coef > 0,
-        )
-        if scored:
-            steps.record_old_policy(scored, minibatch, self._record, self._logprob_gap)
+        settings, entropy_bonus = steps.loss_settings(self.cfg.algo, self.cfg.rollout), self.cfg.algo.entropy_coef > 0
+        # the speed path: the old log-probs from this update's own scores, which then carry the entropy
+        own = steps.OldPolicyFromUpdate() if self.old_logprobs_in_update else None
+
+        pg_loss = 0.0
+        for micro, real in micros:
+            scored = self._logprobs(self.policy, micro, with_entropy=entropy_bonus or own is not None)
+            if not real:
+                self.manual_backward(zero_loss(scored))
+                continue
+            loss, stats = actor_loss(
+                scored.logprobs,
+                micro["loss_mask"],
+                old_logprobs=micro["old_logprobs"] if own is None else own.old_logprobs(scored),
+                advantages=micro["advantages"],
+                entropy=scored.entropy if entropy_bonus else None,
+                ref_logprobs=micro.get("ref_logprobs"),
+                **settings,
+                **totals,
+            )
+            pg_loss = pg_loss + stats.pop("pg_loss")  # the micro-batch losses add up to the mini-batch's
+            self._record_all(stats, "actor/")
+            self.manual_backward(loss)
+        if minibatch is not None:
+            self._record("actor/pg_loss", pg_loss)
+            if own is not None:  # what prepare logs of its policy pass
+                self._record_all(own.metrics(minibatch, self._logprob_gap))
         self._step(optimizers[0], self.policy, "actor")
         schedulers[0].step()
-        if self.critic is not None:
-            clip = self.cfg.algo.value_clip or None
-            steps.critic_backward(
-                micros, self._values, self.manual_backward, self._record, clip=clip, num_tokens=totals["num_tokens"]
+        if self.critic is None:
+            return
+
+        value_loss_sum = 0.0
+        for micro, real in micros:
+            predicted = self._values(micro)
+            if not real:
+                self.manual_backward(zero_loss(predicted))
+                continue
+            loss, stats = value_loss(
+                predicted,
+                micro["values"],
+                micro["returns"],
+                micro["loss_mask"],
+                clip=self.cfg.algo.value_clip or None,
+                loss_agg="token-mean",
+                num_tokens=totals["num_tokens"],
             )
-            self._step(optimizers[1], self.critic, "critic")
-            schedulers[1].step()
+            value_loss_sum = value_loss_sum + loss.detach()
+            self._record_all(stats, "critic/")
+            self.manual_backward(loss)
+        if minibatch is not None:
+            self._record("critic/value_loss", value_loss_sum)
+        self._step(optimizers[1], self.critic, "critic")
+        schedulers[1].step()
 
     def _step(self, optimizer, model, name: str):
-        steps.optimizer_step(
-            optimizer, model, name, clip=self.cfg.optim.grad_clip, sharded=self.sharded, record=self._record
+        self._record_all(
+            steps.optimizer_step(optimizer, model, name, clip=self.cfg.optim.grad_clip, sharded=self.sharded)
         )
         if model is self.policy:
             self._policy_version += 1  # the inference replica is stale from now on
@@ -312,6 +356,10 @@ class AgentRLModule(L.LightningModule):
         # tensors stay on the device until `pop_step_stats`: a float() here would make the host wait
         # for every micro-batch's forward before it may queue the backward
         self._step_stats[key].append(value.detach() if torch.is_tensor(value) else float(value))
+
+    def _record_all(self, stats: dict, prefix: str = "") -> None:
+        for key, value in stats.items():
+            self._record(prefix + key, value)
 
     def pop_step_stats(self) -> dict[str, float]:
         stats = {k: sum(float(x) for x in v) / len(v) for k, v in self._step_stats.items() if v}

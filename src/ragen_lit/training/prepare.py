@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ragen_lit.algos import anchored_step_fraction, estimate_advantages, scale_by_keep_rate
-from ragen_lit.config import Config
+from ragen_lit.config import AlgoConfig, FilterConfig
 from ragen_lit.logprobs import mean_abs_logprob_diff
 from ragen_lit.parallel import collectives as dist_utils
 from ragen_lit.training.batch import merge_micro_batches
@@ -38,10 +38,9 @@ def score_micro_batches(
     return parts
 
 
-def advantages_of(cfg: Config, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`estimate_advantages` of this rank's rows, as `algo.*` asks; GAE whitening uses the sums over all ranks' rows,
-    so that a multi-rank run whitens as the single process on all rows does (a collective when whitening)."""
-    a = cfg.algo
+def advantages_of(a: AlgoConfig, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`estimate_advantages` of this rank's rows, as `algo.*` (`a`) asks; GAE whitening uses the sums over all ranks'
+    rows, so that a multi-rank run whitens as the single process on all rows does (a collective when whitening)."""
     return estimate_advantages(
         a.advantage,
         batch["loss_mask"],
@@ -102,7 +101,8 @@ class LogprobGap:
 
 
 def finish_batch(
-    cfg: Config,
+    algo: AlgoConfig,
+    filter: FilterConfig,
     batch: dict[str, torch.Tensor],
     parts: dict[str, list[torch.Tensor]],
     keep_ratio: float,
@@ -113,17 +113,17 @@ def finish_batch(
     mask = batch["loss_mask"]
     for k, v in parts.items():
         batch[k] = merge_micro_batches(v, batch)
-    advantages, returns = advantages_of(cfg, batch)
+    advantages, returns = advantages_of(algo, batch)
     if returns is not None:
         batch["returns"] = returns
-    batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, cfg.filter.advantage_scaling)
+    batch["advantages"] = scale_by_keep_rate(advantages, keep_ratio, filter.advantage_scaling)
     metrics = {"actor/advantage_mean": masked_mean(batch["advantages"], mask)}
     if "entropy" in parts:
         metrics["actor/entropy"] = masked_mean(batch.pop("entropy"), mask)
         metrics["rollout/logprob_gap"] = logprob_gap(batch["sample_logprobs"], batch["old_logprobs"], mask)
     if "values" in parts:
         metrics["critic/value_mean"] = masked_mean(batch["values"], mask)
-    if cfg.algo.advantage == "gigpo":
+    if algo.advantage == "gigpo":
         metrics["gigpo/anchored_step_fraction"] = anchored_step_fraction(
             batch["group_ids"], mask, batch["turn_end_mask"], batch["turn_state_ids"]
         )

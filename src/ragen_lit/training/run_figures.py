@@ -22,7 +22,6 @@ from matplotlib.figure import Figure
 
 from ragen_lit import figures
 from ragen_lit.training.callbacks import IterationLogger, ValidationRollouts
-from ragen_lit.training.tracking import default_run_name
 
 ARTIFACT_DIR = "figures"
 ENTROPY = "collapse/first_turn/cond_entropy"
@@ -120,19 +119,18 @@ def log_figure(logger: Logger, path: Path, step: int) -> None:
 
 class RunFigures(L.Callback):
     """At the end of training, on global rank zero, logs the run's figures to every logger that takes them, at the
-    last iteration."""
+    last iteration; `label`: the run's name, in their titles and legends."""
 
-    def __init__(self, iteration_logger: IterationLogger, validation: ValidationRollouts):
+    def __init__(self, iteration_logger: IterationLogger, validation: ValidationRollouts, label: str):
         self.iteration_logger = iteration_logger
         self.validation = validation
+        self.label = label
 
     def on_train_end(self, trainer, module):
         if not (trainer.is_global_zero and trainer.loggers):
             return
         with tempfile.TemporaryDirectory() as tmp:
-            files = draw_run_figures(
-                self.iteration_logger.history, self.validation.results, default_run_name(module.cfg), Path(tmp)
-            )
+            files = draw_run_figures(self.iteration_logger.history, self.validation.results, self.label, Path(tmp))
             for logger in trainer.loggers:
                 for path in files:
                     try:

@@ -1,4 +1,4 @@
-"""Which checkpoint stands for a run folder (`checkpoint_files`) and which run `trainer.resume=last` continues: the
+"""Which checkpoint stands for a run folder (`run.checkpoints`) and which run `trainer.resume=last` continues: the
 newest complete checkpoint, whichever kind, with the names written before the `=`-free ones still read."""
 
 from __future__ import annotations
@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from ragen_lit.checkpoint_files import complete_checkpoints, newest_checkpoint
 from ragen_lit.config import load_config
 from ragen_lit.errors import ConfigError
-from ragen_lit.training.tracking import resolve_run_dir
+from ragen_lit.run.checkpoints import complete_checkpoints, newest_checkpoint
+from ragen_lit.run.folder import default_run_name, resolve_run_dir
 
 NAME = "frozenlake-grpo-top_p0.9"
+
+
+def _resolve(cfg):
+    """`resolve_run_dir` of the run `cfg` describes, as `fit` opens it."""
+    return resolve_run_dir(cfg.logging, cfg.trainer, default_run_name(cfg))
 
 
 def _write(path: Path, seconds: int) -> Path:
@@ -45,21 +50,21 @@ def test_the_newest_complete_checkpoint_stands_for_the_run(tmp_path):
 def test_resume_last_takes_the_newest_checkpoint_of_the_runs_of_that_name(tmp_path):
     older = _write(tmp_path / f"{NAME}-20260101-120000" / "checkpoints" / "last.ckpt", 1)
     cfg = load_config(None, ["algo=grpo", f"logging.output_dir={tmp_path}", "trainer.resume=last"])
-    assert resolve_run_dir(cfg)[1] == str(older)
+    assert _resolve(cfg)[1] == str(older)
     newer = _write(tmp_path / f"{NAME}-20260101-130000" / "checkpoints" / "iter-0002.ckpt", 2)
-    assert resolve_run_dir(cfg)[:2] == (newer.parent.parent, str(newer))
+    assert _resolve(cfg)[:2] == (newer.parent.parent, str(newer))
     # another run whose name starts with this one's is not a run of this name
     _write(tmp_path / f"{NAME}-b-20260101-140000" / "checkpoints" / "last.ckpt", 3)
-    assert resolve_run_dir(cfg)[1] == str(newer)
+    assert _resolve(cfg)[1] == str(newer)
     named = load_config(None, ["logging.run_name=x", f"logging.output_dir={tmp_path}", "trainer.resume=last"])
     start = "start afresh with the same command without trainer.resume$"
     with pytest.raises(ConfigError, match=f"^trainer.resume=last: no run named 'x' under {tmp_path}; {start}"):
-        resolve_run_dir(named)
+        _resolve(named)
     (tmp_path / "x-20260101-120000").mkdir()  # a run of that name that never reached its first checkpoint
     (tmp_path / "x-20260101-130000" / "checkpoints").mkdir(parents=True)
     newest = re.escape(str(tmp_path / "x-20260101-130000"))
     with pytest.raises(ConfigError, match=f"^trainer.resume=last: no checkpoint in {newest} .*; {start}"):
-        resolve_run_dir(named)
+        _resolve(named)
 
 
 def test_the_checkpoint_callback_names_its_files_without_and_keeps_the_key_of_its_state(tmp_path):
@@ -68,7 +73,7 @@ def test_the_checkpoint_callback_names_its_files_without_and_keeps_the_key_of_it
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from ragen_lit.training.iteration_checkpoint import IterationCheckpoint
+    from ragen_lit.run.checkpoint_writer import IterationCheckpoint
 
     callback = IterationCheckpoint(tmp_path, every_n_iterations=5)
     assert Path(callback.format_checkpoint_name({"epoch": torch.tensor(4), "step": torch.tensor(9)})).name == (

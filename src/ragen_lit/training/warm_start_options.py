@@ -1,11 +1,12 @@
-"""The options of `python -m ragen_lit warm-start` (`warm_start`), in a module of their own: the command line makes its
-flags from them before it knows whether it will train, so they import nothing heavy."""
+"""The options of `python -m ragen_lit warm-start` (`training.warm_start`), in a module of their own: the command line
+makes its flags from them before it knows whether it will train, so they import nothing heavy (nor does the empty
+`training/__init__.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ragen_lit.typed_fields import checked
+from ragen_lit.config.typed_fields import checked
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,16 @@
-"""A run's checkpoints outside Lightning: which checkpoint a run folder stands for, the trained policy in it, and
-`python -m ragen_lit export`, which writes that policy as a transformers folder.
+"""The trained policy in a run's checkpoint, and `python -m ragen_lit export`, which writes it as a transformers
+folder. Which checkpoint a run folder stands for is `run.checkpoints`' rule; how `fit` writes them,
+`run.checkpoint_writer`.
 
-A run folder (`<logging.output_dir>/<run name>-<time>/`) holds `run.json` (the run's resolved config) and
-`checkpoints/`: `iter-NNNN.ckpt` every `trainer.checkpoint_every` iterations and `last.ckpt` (`checkpoint_files`).
 A checkpoint is Lightning's: its `state_dict` holds the policy under `policy.`, the critic under `critic.` (not
 exported: it is a value head, not a language model) and no frozen reference. A LoRA run's (`model.lora.r > 0`)
 holds the adapters and no frozen base weight; its policy here is the base model with the adapters merged in. Under
 `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint folder (`last.ckpt/`: `meta.pt` and one shard file
 per rank), read here in one process.
 
-The rule for a run folder: its newest complete checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt`, or a
-periodic one written after it by a process stopped before its `last.ckpt`). A checkpoint holds weights only; the
-architecture, tokenizer (with its chat template, or the run's `model.chat_template` where it set one) and generation
-settings come from the base model the run started from (`model.path` or `model.name` in its `run.json`), which must
-still be loadable.
+A checkpoint holds weights only; the architecture, tokenizer (with its chat template, or the run's
+`model.chat_template` where it set one) and generation settings come from the base model the run started from
+(`model.path` or `model.name` in the `run.json` of its run folder), which must still be loadable.
 """
 
 from __future__ import annotations
@@ -24,48 +21,16 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import CHECKPOINT_FOLDER, is_sharded_checkpoint, newest_checkpoint
 from ragen_lit.config import LoraConfig, ModelConfig
 from ragen_lit.config.chat_templates import chat_template_source
 from ragen_lit.errors import ConfigError
 from ragen_lit.models import apply_lora, load_tokenizer
 from ragen_lit.models.folders import empty_target, write_model_folder
 from ragen_lit.presets import resolve_model_path
+from ragen_lit.run.checkpoints import find_checkpoint, is_sharded_checkpoint
 
 POLICY_PREFIX = "policy."
 EXPORT_INFO = "ragen_lit_export.json"  # provenance written next to the exported model
-
-
-def is_run_or_checkpoint(path: str | os.PathLike) -> bool:
-    """Whether `path` names a run folder or a checkpoint (rather than a model folder or a hub id): a file, a
-    sharded checkpoint folder, or a folder with `checkpoints/` or `run.json` and no `config.json`."""
-    path = Path(path).expanduser()
-    if path.is_file() or is_sharded_checkpoint(path):
-        return True
-    return (
-        path.is_dir()
-        and not (path / "config.json").exists()
-        and ((path / "checkpoints").is_dir() or (path / "run.json").is_file())
-    )
-
-
-def find_checkpoint(source: str | os.PathLike, what: str) -> Path:
-    """The checkpoint that `source` (a run folder or a checkpoint) stands for, by the rule of the module docstring.
-
-    `what` names the argument in errors (e.g. `--model`). Raises `ConfigError` for a missing path or a run
-    folder without checkpoints."""
-    path = Path(source).expanduser()
-    if path.is_file() or is_sharded_checkpoint(path):
-        return path.resolve()
-    if not path.is_dir():
-        raise ConfigError(f"{what} {str(source)!r}: no such run folder or checkpoint file")
-    newest = newest_checkpoint(path)
-    if newest is None:
-        raise ConfigError(
-            f"{what} {str(source)!r}: no checkpoints in {path / CHECKPOINT_FOLDER} (a run folder holds "
-            "checkpoints/*.ckpt once an iteration has finished)"
-        )
-    return newest.resolve()
 
 
 def policy_state(checkpoint: Path, what: str) -> tuple[dict, dict]:

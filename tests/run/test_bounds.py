@@ -1,4 +1,4 @@
-"""`machine_bounds.cuda_devices`: the GPUs torch sees, counted without importing torch where it cannot see one (a build
+"""`run.bounds.cuda_devices`: the GPUs torch sees, counted without importing torch where it cannot see one (a build
 without CUDA or ROCm, read from its `version.py`), so that `fit`'s refusals come before torch loads."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ragen_lit import machine_bounds
-from ragen_lit.machine_bounds import _torch_gpu_build, cuda_devices
+from ragen_lit.run import bounds
+from ragen_lit.run.bounds import _torch_gpu_build, cuda_devices
 
 
 def test_the_installed_torchs_build_is_read_as_torch_states_it():
@@ -36,4 +36,4 @@ def test_a_torch_build_is_read_from_its_version_file(tmp_path, monkeypatch, text
         "find_spec",
         lambda name, *a: SimpleNamespace(submodule_search_locations=[str(tmp_path)]) if name == "torch" else real(name),
     )
-    assert machine_bounds._torch_gpu_build() == build
+    assert bounds._torch_gpu_build() == build

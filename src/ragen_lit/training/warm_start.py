@@ -36,7 +36,7 @@ from ragen_lit import __version__
 from ragen_lit.agent.chat import ChatFormat
 from ragen_lit.agent.rollout import rollout
 from ragen_lit.agent.trajectory import Trajectory, rollout_metrics
-from ragen_lit.config import Config
+from ragen_lit.config.typed_fields import check_fields, flag
 from ragen_lit.engines import build_engine
 from ragen_lit.engines.base import SamplingParams
 from ragen_lit.errors import ConfigError
@@ -46,9 +46,9 @@ from ragen_lit.presets import load_chat, resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import supervised_finetune
 from ragen_lit.presets.tiny.expert import ExpertEngine
-from ragen_lit.provenance import run_tags
-from ragen_lit.typed_fields import check_fields, flag
-from ragen_lit.warm_start_options import WarmStartOptions
+from ragen_lit.run.provenance import run_tags
+from ragen_lit.training.sections import WarmStartSections
+from ragen_lit.training.warm_start_options import WarmStartOptions
 
 RECORD = "warm_start.json"
 
@@ -95,7 +95,7 @@ def training_device(accelerator: str) -> torch.device:
     return torch.device("cuda")
 
 
-def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None] = print) -> dict:
+def warm_start(cfg: WarmStartSections, options: WarmStartOptions, log: Callable[[str], None] = print) -> dict:
     """Fine-tune `cfg`'s model on the expert's episodes of `cfg`'s env and write it to `options.out` (see the
     module docstring); returns the record written beside the weights."""
     check_fields(options, flag)
@@ -106,7 +106,7 @@ def warm_start(cfg: Config, options: WarmStartOptions, log: Callable[[str], None
         torch.set_num_threads(cfg.trainer.threads)
     source = resolve_model_path(cfg.model)
     tokenizer, chat = load_chat(cfg.model, source)  # model.chat_template applied
-    setup = EnvSetup.from_config(cfg)
+    setup = EnvSetup.of(cfg.env, cfg.rollout)
     # the fit's and this command's validation tasks stay out of the imitated episodes (else validation measures recall)
     v = cfg.validation
     held_out = range(v.seed, v.seed + max(v.num_envs, options.val_envs))
@@ -190,7 +190,7 @@ def _expert_episodes(
 
 
 def _validate(
-    model: torch.nn.Module, chat: ChatFormat, setup: EnvSetup, cfg: Config, options: WarmStartOptions
+    model: torch.nn.Module, chat: ChatFormat, setup: EnvSetup, cfg: WarmStartSections, options: WarmStartOptions
 ) -> Validation | None:
     """`options.val_envs` episodes on the config's validation seeds at its temperature (None when 0)."""
     if options.val_envs == 0:
@@ -212,7 +212,7 @@ def _validate(
 
 def code_and_weights(source: str) -> dict:
     """The record's code and weights: the commit (None outside a git checkout), whether it had uncommitted changes,
-    and the sha256 of the weights the warm start began from (`provenance.run_tags`)."""
+    and the sha256 of the weights the warm start began from (`run.provenance.run_tags`)."""
     tags = run_tags(source)
     return {
         "commit": tags.get("ragen_lit.commit"),

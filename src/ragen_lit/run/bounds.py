@@ -1,5 +1,6 @@
-"""The bounds of this machine and of the model, checked by `fit` and `warm-start` before any folder, store or model
-is made, so that a size this machine cannot hold is refused in one line naming the key and what is allowed:
+"""The bounds of this machine, of the model and of the environment, checked by `fit`, `warm-start` and `evaluate`
+before any folder, store or model is made (`run.preflight`), so that a size this machine cannot hold is refused in one
+line naming the key and what is allowed:
 
 - threads and devices: no more than this machine has;
 - the episodes of one iteration (`rollout.groups` x `rollout.group_size` rollouts, times `algo.max_sampling_rounds`
@@ -10,10 +11,14 @@ is made, so that a size this machine cannot hold is refused in one line naming t
   the context fits the model's window (`max_position_embeddings`), a generation batch's key/value cache
   (min(`rollout.max_batch_size`, rollouts) sequences of up to the context, at the engine's dtype) and a cross-scorer
   forward (`diagnostics.max_tokens_per_forward` tokens) fit in the device's memory (the GPU's, capped at
-  `trainer.gpu_memory_fraction`; on a CPU the host's available memory), and a LoRA rank is at most the model's width.
+  `trainer.gpu_memory_fraction`; on a CPU the host's available memory), and a LoRA rank is at most the model's width;
+- an env built from the `env` section (`check_observations`): its longest observation (its observation space's
+  `max_length`, set by options such as a map's size) fits in the context at `CHARS_PER_TOKEN`.
 
 The memory bounds are the worst case the config allows (every episode filling its context), so a run that passes
-cannot run out of memory for these reasons, whatever its episodes do.
+cannot run out of memory for these reasons, whatever its episodes do. The bounds that need no machine (a turn's
+answer inside the context, a run folder inside `logging.output_dir`) are the config's own cross-field rules
+(`config.checks.check_bounds`): `config`, `sweep` and `fit` refuse them alike.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragen_lit.config import AlgoConfig, Config, EnvConfig, RolloutConfig, ValidationConfig
 from ragen_lit.errors import ConfigError
 
 HOST_BYTES_PER_TOKEN = 64
@@ -31,6 +37,9 @@ HOST_BYTES_PER_TOKEN = 64
 the batch's tensors built from them (ids, masks, old and reference log-probs, advantages, returns and values)"""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024**3
+CHARS_PER_TOKEN = 16
+"""the most characters a token of the context is taken to cover on average (English text averages about 4, the
+tiny model's tokenizer on env text less): an observation longer than the context times this cannot fit in it"""
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,7 @@ def _config_file(model) -> Path | None:
     return None
 
 
-def check_machine(cfg) -> None:
+def check_machine(cfg: Config) -> None:
     """The bounds of this machine and the model (module docstring); raises ConfigError. The bounds that need no GPU
     fact come first, and the GPUs are counted without torch where it cannot see one (`cuda_devices`), so that a
     refusal on a machine without a GPU comes before torch is imported."""
@@ -113,7 +122,7 @@ def check_machine(cfg) -> None:
             f"(max_position_embeddings={shape.window} in {shape.source}); use at most {shape.window}"
         )
     host = available_memory()
-    _check_episodes(cfg, host)
+    _check_episodes(cfg.rollout, cfg.algo, cfg.validation, host)
     if shape is not None and cfg.model.lora.r > shape.hidden:
         raise ConfigError(
             f"model.lora.r={cfg.model.lora.r} exceeds the model's width (hidden_size={shape.hidden} in "
@@ -206,21 +215,21 @@ def available_memory() -> int:
     return min(available, limit - used)
 
 
-def _rollouts(cfg) -> int:
+def _rollouts(rollout: RolloutConfig, algo: AlgoConfig) -> int:
     """Episodes generated in one iteration (every sampling round's, with dynamic sampling)."""
-    rounds = cfg.algo.max_sampling_rounds if cfg.algo.dynamic_sampling else 1
-    return cfg.rollout.groups * cfg.rollout.group_size * rounds
+    rounds = algo.max_sampling_rounds if algo.dynamic_sampling else 1
+    return rollout.groups * rollout.group_size * rounds
 
 
-def host_episodes(cfg, memory: int) -> int:
+def host_episodes(rollout: RolloutConfig, memory: int) -> int:
     """How many episodes of up to `rollout.max_context_tokens` tokens `memory` bytes of host memory hold."""
-    return memory // (cfg.rollout.max_context_tokens * HOST_BYTES_PER_TOKEN)
+    return memory // (rollout.max_context_tokens * HOST_BYTES_PER_TOKEN)
 
 
-def host_need(cfg, episodes: int, memory: int) -> str:
+def host_need(rollout: RolloutConfig, episodes: int, memory: int) -> str:
     """`<episodes> episodes of up to rollout.max_context_tokens=<n> tokens need up to <GiB> of host memory and this
     machine has <GiB> available`: the reason of a refusal by `host_episodes`."""
-    context = cfg.rollout.max_context_tokens
+    context = rollout.max_context_tokens
     need = _gib(episodes * context * HOST_BYTES_PER_TOKEN)
     return (
         f"{episodes} episodes of up to rollout.max_context_tokens={context} tokens need up to {need} of host memory "
@@ -228,13 +237,12 @@ def host_need(cfg, episodes: int, memory: int) -> str:
     )
 
 
-def _check_episodes(cfg, memory: int) -> None:
-    r = cfg.rollout
-    fit = host_episodes(cfg, memory)
-    rollouts = _rollouts(cfg)
+def _check_episodes(r: RolloutConfig, algo: AlgoConfig, validation: ValidationConfig, memory: int) -> None:
+    fit = host_episodes(r, memory)
+    rollouts = _rollouts(r, algo)
     per_group = rollouts // r.groups
     if rollouts > fit:
-        rounds = f" x algo.max_sampling_rounds={cfg.algo.max_sampling_rounds}" if cfg.algo.dynamic_sampling else ""
+        rounds = f" x algo.max_sampling_rounds={algo.max_sampling_rounds}" if algo.dynamic_sampling else ""
         rounds_per_group = per_group // r.group_size
         if fit >= per_group:
             allowed = f"at most rollout.groups={fit // per_group} fits with the other settings"
@@ -245,10 +253,10 @@ def _check_episodes(cfg, memory: int) -> None:
             allowed = f"not one episode fits: at most rollout.max_context_tokens={most}"
         raise ConfigError(
             f"rollout.groups={r.groups} x rollout.group_size={r.group_size}{rounds} = "
-            f"{host_need(cfg, rollouts, memory)}; {allowed}"
+            f"{host_need(r, rollouts, memory)}; {allowed}"
         )
-    if cfg.validation.num_envs > fit:
-        raise ConfigError(f"validation.num_envs={host_need(cfg, cfg.validation.num_envs, memory)}; use at most {fit}")
+    if validation.num_envs > fit:
+        raise ConfigError(f"validation.num_envs={host_need(r, validation.num_envs, memory)}; use at most {fit}")
 
 
 def _gib(size: float) -> str:
@@ -256,14 +264,14 @@ def _gib(size: float) -> str:
     return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"
 
 
-def _check_device_batches(cfg, shape: ModelShape, memory: float, where: str, on_gpu: bool) -> None:
+def _check_device_batches(cfg: Config, shape: ModelShape, memory: float, where: str, on_gpu: bool) -> None:
     r = cfg.rollout
     dtype = r.dtype or cfg.model.dtype
     if dtype == "auto":
         dtype = "bfloat16" if on_gpu else "float32"
     per_token = shape.kv_bytes_per_token(DTYPE_BYTES[dtype])
     per_sequence = r.max_context_tokens * per_token
-    batch = min(r.max_batch_size, max(_rollouts(cfg), cfg.validation.num_envs))
+    batch = min(r.max_batch_size, max(_rollouts(r, cfg.algo), cfg.validation.num_envs))
     if batch * per_sequence > memory:
         fit = int(memory // per_sequence)
         allowed = (
@@ -282,4 +290,16 @@ def _check_device_batches(cfg, shape: ModelShape, memory: float, where: str, on_
             f"diagnostics.max_tokens_per_forward={scorer} tokens hold {_gib(scorer * per_token)} of keys and "
             f"values ({dtype}) in one cross-scorer forward and this machine has {_gib(memory)} {where}; use "
             f"at most {int(memory // per_token)} (or 0 for auto)"
+        )
+
+
+def check_observations(env: EnvConfig, rollout: RolloutConfig, built) -> None:
+    """The env `built` from `env` shows observations that fit in `rollout`'s context; raises ConfigError."""
+    longest, context = built.observation_space.max_length, rollout.max_context_tokens
+    if longest > context * CHARS_PER_TOKEN:
+        options = ", ".join(f"env.options.{key}={value!r}" for key, value in env.options.items()) or "its options"
+        raise ConfigError(
+            f"{options}: env.name={env.name} then shows observations of up to {longest:,} characters, more than "
+            f"rollout.max_context_tokens={context} tokens hold (at {CHARS_PER_TOKEN} characters a token at most); "
+            "make the env smaller or the context longer"
         )

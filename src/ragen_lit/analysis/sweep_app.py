@@ -1,4 +1,5 @@
-"""`python -m ragen_lit.sweep_app`: the Hydra app whose task runs one run of a planned sweep, for Hydra's launchers.
+"""`python -m ragen_lit.analysis.sweep_app`: the Hydra app whose task runs one run of a planned sweep, for Hydra's
+launchers.
 
 `python -m ragen_lit sweep --launcher joblib|submitit_local|submitit_slurm` plans the grid, writes every run's
 `config.yaml` and starts this app as a multirun over the runs not yet done, one job per run
@@ -11,7 +12,7 @@ limit, `hydra.launcher.max_num_timeout`) resumes its run.
 
 On a sweep folder that `sweep` (or `sweep --print-commands`) wrote, it also runs by hand, e.g.
 
-    python -m ragen_lit.sweep_app --multirun hydra/launcher=submitit_slurm hydra.launcher.partition=gpu \\
+    python -m ragen_lit.analysis.sweep_app --multirun hydra/launcher=submitit_slurm hydra.launcher.partition=gpu \\
         sweep=runs/sweeps/frozenlake-1a2b3c4d run=filter.strategy-none-seed0,filter.strategy-top_p-seed0
 
 Run by hand it does not take the sweep folder's lock (`sweep` holds it while its runs go): start one multirun at a

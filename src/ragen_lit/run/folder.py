@@ -1,4 +1,10 @@
-"""Run directories, MLflow wiring, the run's record (`run.json`) and the end-of-run summary.
+"""A run's folder and its record: which folder a `fit` trains (a new one, or the one it resumes) and what `run.json`
+in it holds, the resume rules and the end-of-run summary; `Run`, the run as `run.opening.open_run` opened it, which
+the loggers, the callbacks and the record take instead of the config. The folder's checkpoints are
+`run.checkpoints`', its lock `run.lock`'s, its MLflow store `run.store`'s.
+
+A run folder is `<logging.output_dir>/<run name>-<date>-<time>[-<n>]` (`resolve_run_dir`), the run name
+`logging.run_name` or `<env>-<algo>-<filter>` (`default_run_name`).
 
 `run.json` holds the run's MLflow id, its store (the store itself: never the `logging.tracking_server` the process
 wrote through, which is gone when a sweep's server stopped), the config it follows, one entry per resume (`resumes`:
@@ -18,13 +24,13 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import is_sharded_checkpoint, newest_checkpoint, recency
-from ragen_lit.config import Config, ConfigError, to_dict
+from ragen_lit.config import Config, ConfigError, LoggingConfig, TrainerConfig
+from ragen_lit.run.checkpoints import CHECKPOINT_FOLDER, is_sharded_checkpoint, newest_checkpoint, recency
+from ragen_lit.run.store import store_uri
 
-STORE_NAME = "mlruns.db"
-"""The default MLflow store: an sqlite file in `logging.output_dir`."""
 # how this process runs and what it keeps on disk, not what the run computes: never compared on resume
 RUNTIME_KEYS = (
     "trainer.resume",
@@ -40,6 +46,45 @@ RUNTIME_KEYS = (
 )
 # a resume may change them without `trainer.resume_allow_changes` (recorded all the same)
 EXTENDING_KEYS = ("trainer.iterations",)
+ROLLOUTS_FOLDER = "rollouts"
+"""where a run folder keeps every iteration's rollouts (`logging.save_rollouts`)"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One `fit`'s run as `run.opening.open_run` opened it: what the loggers, the callbacks and the end-of-run record
+    read of it, so that none of them takes the config."""
+
+    folder: Path
+    """the run folder (`resolve_run_dir`)"""
+    name: str
+    """the run's name (`default_run_name`): its folder's prefix, its MLflow and W&B run name, its figures' label"""
+    logging: LoggingConfig
+    """where its records go: the MLflow store and experiment, the run's tags, the loggers beside MLflow"""
+    iterations: int
+    """`trainer.iterations` asked for now: run.json's `finished` records it"""
+    checkpoint_every: int
+    """`trainer.checkpoint_every`: the iterations between two checkpoints"""
+    config: dict
+    """the config the run follows (`config.to_dict`): run.json records it, a resume is compared with it"""
+    resume_from: str | None = None
+    """the checkpoint this process resumes; None for a new run"""
+    record: dict = field(default_factory=dict)
+    """run.json as this process found it ({} for a new run)"""
+    changes: dict[str, list] = field(default_factory=dict)
+    """the config changes of this resume (`check_resume`)"""
+    finished: dict | None = None
+    """run.json's `finished` record where the run already trained what is asked now (`finished_run`): nothing to do"""
+
+    @property
+    def checkpoints(self) -> Path:
+        """The folder its checkpoints go to (`run.checkpoints`)."""
+        return self.folder / CHECKPOINT_FOLDER
+
+    @property
+    def rollouts(self) -> Path | None:
+        """The folder its rollouts go to under `logging.save_rollouts`; None when they are not saved."""
+        return self.folder / ROLLOUTS_FOLDER if self.logging.save_rollouts else None
 
 
 def default_run_name(cfg: Config) -> str:
@@ -47,34 +92,19 @@ def default_run_name(cfg: Config) -> str:
     return cfg.logging.run_name or f"{cfg.env.name}-{cfg.algo.name}-{filt}"
 
 
-def store_uri(cfg: Config) -> str:
-    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
-    if cfg.logging.tracking_uri:
-        return cfg.logging.tracking_uri
-    store = Path(cfg.logging.output_dir).resolve() / STORE_NAME
-    store.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store}"
-
-
-def tracking_uri(cfg: Config) -> str:
-    """Where this process writes the run: `logging.tracking_server` in front of the store, else the store."""
-    return cfg.logging.tracking_server or store_uri(cfg)
-
-
 def run_folder_pattern(name: str) -> re.Pattern:
     """The folder names `resolve_run_dir` gives the runs named `name`: `<name>-<date>-<time>[-<n>]`."""
     return re.compile(re.escape(name) + r"-\d{8}-\d{6}(-\d+)?")
 
 
-def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
-    """(run directory, checkpoint to resume from, saved run info). A new run gets a fresh timestamped
-    folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks the newest complete
-    checkpoint (`checkpoint_files.newest_checkpoint`: `last.ckpt` or a newer periodic one) of the runs of the same
-    name, a path resumes that checkpoint in its own run folder.
+def resolve_run_dir(logging: LoggingConfig, trainer: TrainerConfig, name: str) -> tuple[Path, str | None, dict]:
+    """(run directory, checkpoint to resume from, saved run info) of the run `name` in `logging.output_dir`. A new
+    run gets a fresh timestamped folder, so no run ever overwrites another's checkpoints; `trainer.resume=last` picks
+    the newest complete checkpoint (`run.checkpoints.newest_checkpoint`: `last.ckpt` or a newer periodic one) of the
+    runs of the same name, a path resumes that checkpoint in its own run folder.
     Under `trainer.strategy=fsdp` a checkpoint is a distributed-checkpoint *folder* (`last.ckpt/`)."""
-    root = Path(cfg.logging.output_dir).resolve()
-    name = default_run_name(cfg)
-    resume = cfg.trainer.resume
+    root = Path(logging.output_dir).resolve()
+    resume = trainer.resume
     if resume is None:
         run_dir = root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         suffix = 1
@@ -102,7 +132,7 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
             raise ConfigError(
                 f"trainer.resume={resume!r}: no such checkpoint file or folder (or use trainer.resume=last)"
             )
-    if is_sharded_checkpoint(ckpt) and cfg.trainer.strategy != "fsdp":
+    if is_sharded_checkpoint(ckpt) and trainer.strategy != "fsdp":
         raise ConfigError(
             f"trainer.resume: {ckpt} is a sharded (FSDP) checkpoint folder; resume it with trainer.strategy=fsdp"
         )
@@ -112,67 +142,16 @@ def resolve_run_dir(cfg: Config) -> tuple[Path, str | None, dict]:
     return run_dir, str(ckpt), info
 
 
-def artifact_location(cfg: Config) -> str | None:
-    """Where the experiment keeps its artifacts: `<output_dir>/artifacts` for the default sqlite store, so a
-    run writes nothing outside `logging.output_dir` (MLflow's default is `./mlruns` of the current directory);
-    None, i.e. MLflow's own default, under a user-given tracking URI."""
-    if cfg.logging.tracking_uri:
-        return None
-    return (Path(cfg.logging.output_dir).resolve() / "artifacts").as_uri()
-
-
-def ensure_experiment(cfg: Config) -> None:
-    """Create the experiment with `artifact_location` unless it exists (an existing one keeps its location:
-    MLflow cannot move it). Rank zero only: the other ranks start after it and must not race it."""
-    location = artifact_location(cfg)
-    if location is None:
-        return
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri(cfg))
-    if client.get_experiment_by_name(cfg.logging.experiment) is not None:
-        return
-    try:
-        client.create_experiment(cfg.logging.experiment, artifact_location=location)
-    except MlflowException:
-        # another run on the same store created it in between; any other failure still surfaces
-        if client.get_experiment_by_name(cfg.logging.experiment) is None:
-            raise
-
-
-def make_logger(cfg: Config, run_dir: Path, info: dict):
-    """The run's MLflow logger: a new run, or the one run.json (`info`) names; `fit` logs the config to it."""
-    from lightning.pytorch.utilities import rank_zero_only
-
-    from ragen_lit.training.run_logger import STOPPED_TAG, RunLogger
-
-    if rank_zero_only.rank == 0:
-        ensure_experiment(cfg)
-    logger = RunLogger(
-        experiment_name=cfg.logging.experiment,
-        run_name=default_run_name(cfg),
-        tracking_uri=tracking_uri(cfg),
-        run_id=info.get("mlflow_run_id"),
-        tags={str(k): str(v) for k, v in cfg.logging.tags.items()} or None,
-    )
-    if info.get("mlflow_run_id") and rank_zero_only.rank == 0:
-        # a resumed run runs again, whatever its last process left it as (and said why: `STOPPED_TAG`)
-        logger.experiment.update_run(logger.run_id, status="RUNNING")
-        if STOPPED_TAG in logger.experiment.get_run(logger.run_id).data.tags:
-            logger.experiment.delete_tag(logger.run_id, STOPPED_TAG)
-    return logger
-
-
 def _plain(config: dict) -> dict:
     """The config as run.json stores it (JSON values), so a saved and a new config compare equal."""
     return json.loads(json.dumps(config, default=str))
 
 
-def config_changes(cfg: Config, info: dict) -> dict[str, list]:
-    """{key: [value the run follows, value given now]} for each key of run.json's config that `cfg` changes.
-    Keys the saved config lacks (fields added since) and `RUNTIME_KEYS` are not compared."""
-    saved, now = info.get("config") or {}, _plain(to_dict(cfg))
+def config_changes(config: dict, info: dict) -> dict[str, list]:
+    """{key: [value the run follows, value given now]} for each key of run.json's config that `config` (the config
+    given now, `config.to_dict`) changes. Keys the saved config lacks (fields added since) and `RUNTIME_KEYS` are not
+    compared."""
+    saved, now = info.get("config") or {}, _plain(config)
     changes = {}
     for section, values in now.items():
         for key, value in values.items():
@@ -183,12 +162,12 @@ def config_changes(cfg: Config, info: dict) -> dict[str, list]:
     return changes
 
 
-def check_resume(cfg: Config, run_dir: Path, info: dict) -> dict[str, list]:
+def check_resume(config: dict, trainer: TrainerConfig, run_dir: Path, info: dict) -> dict[str, list]:
     """The config changes of this resume (`config_changes`); raises ConfigError on a change the user did not
     allow with `trainer.resume_allow_changes=true`."""
-    changes = config_changes(cfg, info)
+    changes = config_changes(config, info)
     refused = [key for key in changes if key not in EXTENDING_KEYS]
-    if refused and not cfg.trainer.resume_allow_changes:
+    if refused and not trainer.resume_allow_changes:
         key, (old, new) = refused[0], changes[refused[0]]
         more = f" (also changed: {', '.join(refused[1:])})" if len(refused) > 1 else ""
         raise ConfigError(
@@ -198,11 +177,12 @@ def check_resume(cfg: Config, run_dir: Path, info: dict) -> dict[str, list]:
     return changes
 
 
-def finished_run(cfg: Config, info: dict) -> dict | None:
-    """run.json's `finished` record when the run ended at or past the `trainer.iterations` asked for now. A run a
-    stop rule ended early (empty filter, collapse alarm) resumes: its restored state decides whether it stops again."""
+def finished_run(iterations: int, info: dict) -> dict | None:
+    """run.json's `finished` record when the run ended at or past the `iterations` (`trainer.iterations`) asked for
+    now. A run a stop rule ended early (empty filter, collapse alarm) resumes: its restored state decides whether it
+    stops again."""
     finished = info.get("finished")
-    if finished and finished["iteration"] >= cfg.trainer.iterations:
+    if finished and finished["iteration"] >= iterations:
         return finished
     return None
 
@@ -217,26 +197,27 @@ def finished_message(run_dir: Path, finished: dict) -> str:
     )
 
 
-def write_run_info(run_dir: Path, cfg: Config, logger, info: dict, ckpt_path: str | None, changes: dict) -> None:
-    """run.json of a new run, or of a resumed one: the config it follows now, one more `resumes` entry (with
-    `changes`, also set as MLflow tags `config_change/<key>`), and no `finished` record until it ends again."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    record = {k: v for k, v in info.items() if k != "finished"}
-    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(cfg), config=_plain(to_dict(cfg)))
-    if ckpt_path is not None:
-        resume = {"checkpoint": str(ckpt_path), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": changes}
-        record["resumes"] = [*info.get("resumes", []), resume]
-        for key, (old, new) in changes.items():
+def write_run_info(run: Run, logger) -> None:
+    """run.json of a new run, or of a resumed one: its MLflow run (`logger`'s), the config it follows now, one more
+    `resumes` entry (with the resume's changes, also set as MLflow tags `config_change/<key>`), and no `finished`
+    record until it ends again."""
+    run.folder.mkdir(parents=True, exist_ok=True)
+    record = {k: v for k, v in run.record.items() if k != "finished"}
+    record.update(mlflow_run_id=logger.run_id, tracking_uri=store_uri(run.logging), config=_plain(run.config))
+    if run.resume_from is not None:
+        resume = {"checkpoint": run.resume_from, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changes": run.changes}
+        record["resumes"] = [*run.record.get("resumes", []), resume]
+        for key, (old, new) in run.changes.items():
             logger.experiment.set_tag(logger.run_id, f"config_change/{key}", f"{old!r} -> {new!r}")
-    _write_json(run_dir / "run.json", record)
+    _write_json(run.folder / "run.json", record)
 
 
-def record_finished(run_dir: Path, cfg: Config, summary: dict[str, float]) -> None:
+def record_finished(run: Run, summary: dict[str, float]) -> None:
     """Add `finished` to run.json: a resume asking for no more iterations than it trained only says so."""
-    path = run_dir / "run.json"
+    path = run.folder / "run.json"
     record = json.loads(path.read_text())
     iteration = int(summary.get("iterations", 0))
-    record["finished"] = {"iteration": iteration, "iterations": cfg.trainer.iterations, "summary": summary}
+    record["finished"] = {"iteration": iteration, "iterations": run.iterations, "summary": summary}
     _write_json(path, record)
 
 

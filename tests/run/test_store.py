@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ragen_lit.errors import ConfigError
-from ragen_lit.training.store import check_sqlite_store
+from ragen_lit.run.store import check_sqlite_store
 
 KILLED_MID_WRITE = """
 import os, sqlite3, sys

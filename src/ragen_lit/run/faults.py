@@ -1,13 +1,13 @@
 """A fault of the machine during a run, told in one line that claims nothing it has not seen written.
 
-A folder made read-only, a full disk or an MLflow store that refuses writes stop a run with exit code 1 (the
-checkpoint writer raises `RunError` at once, see `checkpoint_io`; the other writes raise `OSError` or MLflow's and
-the database's errors; a logger's refused write is named with its logger). The MLflow run keeps what happened in its
-tag `run_logger.STOPPED_TAG`. The line names what could not be written and why, where the run stopped, the checkpoint
-`trainer.resume=last` would take (the newest complete one on disk, or none), and the status the MLflow run holds
-now: FAILED, or, where the store itself refuses the write that says so, that it could not be marked (it then still
-reads RUNNING). MLflow's FINISHED is set only after every end-of-run record is written (`RunLogger.close`), so a run
-that stops with exit code 1 is never recorded as finished.
+A folder made read-only, a full disk or an MLflow store that refuses writes stop a run with exit code 1 (the checkpoint
+writer raises `RunError` at once, see `run.checkpoint_writer`; the other writes raise `OSError` or MLflow's and the
+database's errors; a logger's refused write is named with its logger). The MLflow run keeps what happened in its tag
+`run.loggers.STOPPED_TAG`. The line names what could not be written and why, where the run stopped, the checkpoint
+`trainer.resume=last` would take (the newest complete one on disk, or none), and the status the MLflow run holds now:
+FAILED, or, where the store itself refuses the write that says so, that it could not be marked (it then still reads
+RUNNING). MLflow's FINISHED is set only after every end-of-run record is written (`RunLogger.close`), so a run that
+stops with exit code 1 is never recorded as finished.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ragen_lit.checkpoint_files import newest_checkpoint
 from ragen_lit.errors import RunError, error_chain
+from ragen_lit.run.checkpoints import newest_checkpoint
 
 
 def machine_fault(err: BaseException, store: str, logger_folders: dict[str, Path]) -> str | None:

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragen_lit.checkpoints import EXPORT_INFO, find_checkpoint
 from ragen_lit.cli import fit, main
 from ragen_lit.config import load_config
+from ragen_lit.run.checkpoints import find_checkpoint
+from ragen_lit.run.trained_policy import EXPORT_INFO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "rollout.groups=2",
     "rollout.group_size=4",
@@ -105,7 +106,7 @@ def test_export_writes_a_folder_from_pretrained_loads_with_the_trained_logits(ru
 
 
 def test_a_checkpoint_file_and_the_run_folder_rule(run_dir, tiny_model_dir, tmp_path):
-    """RUN as a .ckpt exports that checkpoint; a run folder stands for its newest checkpoint (`checkpoint_files`)."""
+    """RUN as a .ckpt exports that checkpoint; a run folder stands for its newest checkpoint (`run.checkpoints`)."""
     from transformers import AutoModelForCausalLM
 
     first = run_dir / "checkpoints" / "iter-0001.ckpt"

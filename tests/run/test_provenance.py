@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 
-from ragen_lit.provenance import run_tags, source_commit, weights_sha256
+from ragen_lit.run.provenance import run_tags, source_commit, weights_sha256
 
 
 def test_weights_digest_covers_the_weight_files_names_and_bytes_only(tmp_path):

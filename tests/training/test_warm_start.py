@@ -18,9 +18,9 @@ from ragen_lit.presets import resolve_model_path
 from ragen_lit.presets.expert_episodes import SFT_SEED, EnvSetup, expert_episodes
 from ragen_lit.presets.sft import sft_batch, sft_loss
 from ragen_lit.presets.tiny.expert import ExpertEngine
-from ragen_lit.warm_start import RECORD, continue_command
+from ragen_lit.training.warm_start import RECORD, continue_command
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf" / "frozenlake.yaml")
+CONF = str(Path(__file__).resolve().parents[2] / "conf" / "frozenlake.yaml")
 CHEAP = ["--episodes", "8", "--steps", "6", "--batch-size", "4", "--lr", "1e-3", "--val-envs", "2"]
 
 
@@ -29,7 +29,7 @@ def expert_loss(folder: str, options: list[str]) -> float:
     cfg = load_config(CONF, options)
     tokenizer = load_tokenizer(folder)
     expert = ExpertEngine(tokenizer, epsilon=0.45, seed=0)
-    episodes = expert_episodes(expert, ChatFormat(tokenizer), EnvSetup.from_config(cfg), SFT_SEED, 8)
+    episodes = expert_episodes(expert, ChatFormat(tokenizer), EnvSetup.of(cfg.env, cfg.rollout), SFT_SEED, 8)
     model = load_policy(folder, "float32")
     with torch.no_grad():
         return sft_loss(model, sft_batch(episodes, tokenizer.pad_token_id)).item()

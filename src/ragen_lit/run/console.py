@@ -1,12 +1,18 @@
-"""What a `fit` prints: one line saying what runs, the progress bar, the summary. Third-party chatter that says
-nothing about this run is dropped at its source, each by its own logger and exact wording (no blanket warning
-filter), unless `fit --verbose` asks for everything."""
+"""What a `fit` prints about its run, and what it keeps off the console: the one line saying what runs
+(`describe_run`), where it computes (`run_device`, also its MLflow tag). Third-party chatter that says nothing about
+this run is dropped at its source, each by its own logger and exact wording (no blanket warning filter), unless `fit
+--verbose` asks for everything (`quiet_third_party`, which `warm-start` and `evaluate` call too). The progress bar is
+`training.callbacks.IterationProgressBar`, the end-of-run summary `run.folder.format_summary`."""
 
 from __future__ import annotations
 
 import logging
 import re
 import warnings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragen_lit.config import Config
 
 # Lightning's rank-zero INFO lines: the device inventory, advertisements for its cloud services, the note that the
 # last iteration ran (the summary says so), and its advice on float32 matrix products on tensor cores (set on purpose
@@ -70,10 +76,10 @@ def run_device(trainer, weights) -> str:
     return f"{name}, {dtype} weights, {trainer.precision}"
 
 
-def describe_run(cfg, trainer, run_dir) -> str:
+def describe_run(cfg: Config, trainer, run_dir) -> str:
     """The one line that says what runs: environment, algorithm and filter, model, device, size, run folder, and the
     folders in it that the loggers besides MLflow write to."""
-    from ragen_lit.training.loggers import logger_folder
+    from ragen_lit.run.loggers import logger_folder
 
     f = cfg.filter
     selection = "no filter" if f.strategy == "none" else f"filter {f.strategy} {f.value:g}"
