@@ -30,6 +30,17 @@ die() {
     exit 2
 }
 
+# the wheel of REQUIREMENT built here from its source distribution into $DIR/wheels, kept only when it is pure Python
+# (*-none-any): a compiled one would be for this machine's Python and platform, not the host's
+pure_wheel() {
+    local built status=0
+    built=$(mktemp -d)
+    $PY -m pip wheel -q --no-deps -w "$built" "$1" && compgen -G "$built/*-none-any.whl" >/dev/null &&
+        mv "$built"/*-none-any.whl "$DIR/wheels/" || status=1
+    rm -rf "$built"
+    return $status
+}
+
 prepare() {
     local mib=${1:-50}
     [[ "$mib" =~ ^[1-9][0-9]*$ ]] || die "prepare MIB: '$mib' is not a whole number of MiB above 0"
@@ -43,7 +54,9 @@ prepare() {
         grep -v -e '^#' -e '^\s*$' scripts/gpu_vllm_wheels.txt | while read -r requirement; do
             $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
                 "${platforms[@]}" --platform manylinux2014_x86_64 --platform any -d "$DIR/wheels" "$requirement" ||
-                die "pip could not download $requirement for CPython 3.12 on manylinux x86_64"
+                # published only as source (antlr4 4.9.3, which hydra-core pins): its pure-Python wheel built here
+                pure_wheel "$requirement" ||
+                die "pip could neither download $requirement for CPython 3.12 manylinux x86_64 nor build it pure-Python"
         done
     fi
     tar -C "$DIR" -cf - wheels | split -d -a 2 -b "${mib}M" - "$DIR/part."
