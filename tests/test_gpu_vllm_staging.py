@@ -1,12 +1,17 @@
 """`scripts/gpu_vllm.sh` carries a wheelhouse to a host part by part: each part arrives in an upload of its own (the
 folder of an earlier upload gone), is checked and staged, and `install` puts the wheels back together and installs
-them. Run here with a made-up wheel whose payload spans several parts."""
+them. Run here with a made-up wheel whose payload spans several parts. Its `check` runs here with a stand-in for
+Python that plays each step's program (a failure, a hang, a crash after some iterations), so that what the check does
+with them is seen: every step runs, the deadline holds, and the table and the files it leaves say what happened."""
 
 import hashlib
+import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -14,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT, WHEELS = ROOT / "scripts/gpu_vllm.sh", ROOT / "scripts/gpu_vllm_wheels.txt"
+REPORT = ROOT / "scripts/gpu_vllm_report.py"
 
 
 def make_wheel(folder: Path, payload: bytes) -> Path:
@@ -35,10 +41,10 @@ def make_wheel(folder: Path, payload: bytes) -> Path:
 
 
 def checkout(folder: Path) -> Path:
-    """A bare copy of the two files the script needs, as a checkout would hold them."""
+    """A bare copy of the files the script needs, as a checkout would hold them."""
     (folder / "scripts").mkdir(parents=True)
-    shutil.copy(SCRIPT, folder / "scripts")
-    shutil.copy(WHEELS, folder / "scripts")
+    for path in (SCRIPT, WHEELS, REPORT):
+        shutil.copy(path, folder / "scripts")
     return folder
 
 
@@ -120,3 +126,165 @@ def test_bad_arguments_get_one_line(tmp_path):
     ):
         done = run(here, *args, env={})
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+# Python's stand-in for `check`: each step's program as the check calls it, the real interpreter for the rest (the
+# report script). The weight-sync tests fail, the fit tests hang, the fit dies after logging iterations 0-10, the
+# evaluation of what it left passes, the vLLM benchmark hangs after its first iteration (the HF one gets no time left).
+STUB = r"""#!/usr/bin/env bash
+case "$*" in
+"-")
+    cat >/dev/null
+    echo "import: vllm 0.25.0, torch 2.11.0+cu130 (CUDA 13.0), transformers 5.24.0; NVIDIA H200, 138 of 139 GiB free"
+    echo "missing: hypothesis" ;;
+*"-m pytest"*test_vllm_sync.py*)
+    echo "SKIPPED [1] tests/engines/test_vllm_sync.py:351: two ranks on CUDA need two GPUs (one engine per rank)"
+    echo "vLLM sleep level 2 freed 2.05, 2.01 GiB (KV cache 2.00 GiB)"
+    echo "FAILED tests/engines/test_vllm_sync.py::test_vllm_scores_as_the_lora_policy - AssertionError: assert 0.3"
+    echo "=========== 1 failed, 4 passed, 1 skipped in 3.10s ==========="
+    exit 1 ;;
+*"-m pytest"*test_vllm_fit.py*)
+    echo "collecting ..."
+    sleep 100 ;;
+*"-m ragen_lit fit"*)
+    run="$WORK/fit/vllm-fit-stub"
+    mkdir -p "$run" && echo '{"config": {}}' >"$run/run.json"
+    REAL "$STUB_DIR/metrics.py" "$WORK/fit/mlruns.db"
+    echo "Traceback (most recent call last):"
+    echo "RuntimeError: out of memory while vLLM generated 1024 sequences"
+    exit 1 ;;
+*"-m ragen_lit evaluate"*)
+    echo '{"environments": [{"success": 0.45, "success_low": 0.42, "success_high": 0.48, "seeds": [1, 2, 3, 4],
+        "seconds": 12.0}]}' >"$WORK/evaluate.json" ;;
+*"scripts/bench_step.py"*"rollout.engine=vllm"*)
+    echo "[bench    61.2s] iteration 0: generation 48.31s, prepare 2.10s, update 30.02s"
+    sleep 100 ;;
+*"scripts/bench_step.py"*)
+    echo "the HF benchmark must get no time"; exit 3 ;;
+*)
+    exec REAL "$@" ;;
+esac
+"""
+
+# the fit's MLflow store as the stand-in leaves it: the metrics table of MLflow's SQLite schema, iterations 0-10
+METRICS = """import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+columns = "key TEXT, value REAL, timestamp INTEGER, run_uuid TEXT, step INTEGER, is_nan INTEGER"
+db.execute(f"CREATE TABLE metrics ({columns})")
+rows = [("val/success", 0.40, 0), ("val/success", 0.45, 10)]
+rows += [("rollout/logprob_gap", 0.001 * (1 + i % 2), i) for i in range(1, 11)]
+rows += [("rollout/success", 0.3, i) for i in range(1, 11)]
+db.executemany("INSERT INTO metrics VALUES (?, ?, 0, 'run', ?, 0)", rows)
+db.commit()
+"""
+
+
+def test_check_runs_every_step_within_its_deadline_and_tables_what_each_did(tmp_path):
+    host = checkout(tmp_path / "host")
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    (stub_dir / "metrics.py").write_text(METRICS)
+    python = stub_dir / "python"
+    python.write_text(STUB.replace("REAL", sys.executable))
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    # the GPU's memory in use, as the check samples it while the lanes run (its sampler must not hold the check up)
+    smi = stub_dir / "nvidia-smi"
+    smi.write_text("#!/usr/bin/env bash\necho 40960\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "site" / "vllm").mkdir(parents=True)
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {
+        "PATH": f"{stub_dir}:{os.environ['PATH']}",
+        "PYTHON": str(python),
+        "STUB_DIR": str(stub_dir),
+        "VLLM_SITE": str(tmp_path / "site"),
+        "VLLM_CHECK_DIR": str(work),
+        "OUT": str(out),
+        "VLLM_CHECK_SECONDS": "15",
+        "RAGEN_LIT_COMMIT": "abc1234",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", "scripts/gpu_vllm.sh", "check"],
+        cwd=host,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 14 <= took < 15 + 12, took  # the hanging steps were stopped at the deadline, not at their own limits
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0] == "| step | result | seconds | key figures |"
+    table = {row.split(" | ")[0].removeprefix("| "): row.split(" | ")[1:] for row in rows[1:]}
+    assert list(table) == [
+        "1. import vllm, torch; the CUDA device",
+        "2. vLLM tests on CUDA: weight sync, LoRA, sleep/wake",
+        "2. vLLM tests on CUDA: fit and evaluate",
+        "3. fit conf/frozenlake.yaml rollout.engine=vllm, 20 iterations",
+        "3. evaluate that run, rollout.engine=vllm",
+        "4. bench_step.py, HF engine",
+        "4. bench_step.py, vLLM engine",
+    ]
+    (imported, tests, fit_tests, fit, evaluate, bench_hf, bench_vllm) = table.values()
+    assert imported[0] == "pass" and "vllm 0.25.0" in imported[2] and "missing: hypothesis" in imported[2]
+    assert tests[0] == "FAIL (exit 1)"
+    assert tests[2].startswith("1 failed, 4 passed, 1 skipped in 3.10s; failed: test_vllm_scores_as_the_lora_policy")
+    assert "skipped: two ranks on CUDA need two GPUs" in tests[2] and "sleep level 2 freed 2.05, 2.01 GiB" in tests[2]
+    assert fit_tests[0].startswith("TIMEOUT after ") and fit_tests[2].endswith("last line: collecting ... |")
+    # the fit died: what it logged before still reads, and the evaluation of its run ran all the same
+    assert fit[0] == "FAIL (exit 1)"
+    assert fit[2].startswith("val success 0.400 (it 0) → 0.450 (it 10), +0.050; 10 iterations trained; log-prob gap")
+    assert evaluate[0] == "pass" and evaluate[2].startswith("success 0.450 [0.420, 0.480] over 4 episodes in 12 s")
+    assert bench_vllm[0].startswith("TIMEOUT after ") and "iteration 0: generation 48.31s" in bench_vllm[2]
+    assert bench_hf[0] == "skipped: no time left"
+    assert "4 bench_step.py, HF engine" not in done.stdout  # never started
+    # what comes back: the table, every step's last lines, the results, the fit's curves and the evaluation
+    assert sorted(p.name for p in out.iterdir()) == [
+        "check.log",
+        "evaluate.json",
+        "fit.json",
+        "results.tsv",
+        "summary.md",
+    ]
+    assert "| 3. evaluate that run, rollout.engine=vllm | pass |" in (out / "summary.md").read_text()
+    assert (out / "summary.md").read_text().startswith("vLLM check of commit abc1234, ")
+    assert "; peak GPU memory in use 40 GiB (nvidia-smi, all processes)" in (out / "summary.md").read_text()
+    log = (out / "check.log").read_text()
+    assert "===== 3. fit conf/frozenlake.yaml rollout.engine=vllm, 20 iterations: FAIL (exit 1);" in log
+    assert "RuntimeError: out of memory while vLLM generated 1024 sequences" in log
+    curves = json.loads((out / "fit.json").read_text())
+    assert curves["val_success"] == [[0, 0.4], [10, 0.45]] and len(curves["logprob_gap"]) == 10
+
+
+def test_check_refuses_a_work_folder_that_is_not_empty_and_a_missing_install(tmp_path):
+    host = checkout(tmp_path / "host")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "old.log").write_text("")
+    env = {"VLLM_SITE": str(tmp_path / "site"), "VLLM_CHECK_DIR": str(tmp_path / "work")}
+    busy = run(host, "check", env=env)
+    assert busy.returncode == 2 and f"VLLM_CHECK_DIR={tmp_path / 'work'} is not empty" in busy.stderr
+    out = tmp_path / "out"
+    bare = run(host, "check", env={**env, "VLLM_CHECK_DIR": str(tmp_path / "new"), "OUT": str(out)})
+    assert bare.returncode == 2 and "no vLLM in" in bare.stderr
+    assert "run 'install' first" in (out / "summary.md").read_text()  # what comes back says why
+
+
+def test_report_reads_a_benchmarks_json(tmp_path):
+    import gpu_vllm_report
+
+    result = {
+        "step": {"step_s": 5.653, "generation_s": 1.741, "update_s": 2.587},
+        "throughput": {"generation_tokens_per_s": 36748.0},
+        "roofline": {"tokens_per_s": 241070.0},
+        "peak_memory_gib": {"generation": 18.3, "update": 49.7},
+        "per_iteration": [{"generation": 17.66}, {"generation": 1.7}],
+    }
+    (tmp_path / "bench_hf.json").write_text(json.dumps(result))
+    figures = gpu_vllm_report.figures("bench-hf", tmp_path / "none.log", tmp_path)
+    assert figures == (
+        "step 5.65 s (generation 1.74, update 2.59); generation 36,748 tokens/s = 15.2% of the bandwidth roofline; "
+        "peak 49.7 GiB allocated; iteration 0 generation 17.7 s (start-up, compilation)"
+    )
+    assert gpu_vllm_report.figures("bench-vllm", tmp_path / "none.log", tmp_path) == "no output"
