@@ -231,7 +231,7 @@ check() {
     step 2.2 "2. vLLM tests on CUDA: fit and evaluate" 220 pytest check_tests test_vllm_fit.py &
     lanes+=($!)
     {
-        step 3.1 "3. fit conf/frozenlake.yaml rollout.engine=vllm, $FIT_ITERATIONS iterations" 150 fit check_fit
+        step 3.1 "3. fit conf/frozenlake.yaml rollout.engine=vllm, $FIT_ITERATIONS iterations" 190 fit check_fit
         step 3.2 "3. evaluate that run, rollout.engine=vllm" 70 evaluate check_evaluate
     } &
     lanes+=($!)
