@@ -132,7 +132,7 @@ step() {
         return
     fi
     echo "gpu_vllm: $(date +%T) start: $name (at most $limit s)"
-    timeout -k 10 "$limit" bash -c '"$@"' _ "$@" >"$log" 2>&1
+    timeout -k 5 "$limit" bash -c '"$@"' _ "$@" >"$log" 2>&1
     status=$?
     case $status in
     0) result=pass ;;
@@ -244,7 +244,7 @@ check() {
     wait "${lanes[@]}"
     [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
 
-    [ -s "$WORK/gpu_memory.txt" ] && peak=$(sort -n "$WORK/gpu_memory.txt" | tail -1)
+    [ -s "$WORK/gpu_memory.txt" ] && peak=$(grep -E '^[0-9]+$' "$WORK/gpu_memory.txt" | sort -n | tail -1)
     {
         echo "vLLM check of commit $commit, $(date -u +%FT%TZ): $((SECONDS - DEADLINE + budget)) s of a $budget s" \
             "budget${peak:+; peak GPU memory in use $((peak / 1024)) GiB (nvidia-smi, all processes)}"
