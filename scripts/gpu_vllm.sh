@@ -201,7 +201,7 @@ check() {
     else
         WORK=$(mktemp -d -t vllm-check.XXXX)
     fi
-    local out=${OUT:-$WORK/out} budget=${VLLM_CHECK_SECONDS:-280}
+    local out=${OUT:-$WORK/out} allowed=${VLLM_CHECK_SECONDS:-280}
     mkdir -p "$WORK/logs" "$out"
     : >"$WORK/results.tsv"
     if [ ! -d "$SITE/vllm" ]; then
@@ -214,7 +214,7 @@ check() {
         PYTHONUNBUFFERED=1 VLLM_HOST_IP=127.0.0.1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
     export PY WORK FIT_ITERATIONS=${VLLM_CHECK_FIT_ITERATIONS:-20}
     export -f check_import check_tests check_fit check_evaluate check_bench
-    DEADLINE=$((SECONDS + budget))
+    DEADLINE=$((SECONDS + allowed))
     local commit peak="" sampler="" failed log order name lanes=()
     commit=${RAGEN_LIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
     echo "gpu_vllm: check of commit $commit, logs in $WORK, results in $out"
@@ -246,8 +246,8 @@ check() {
 
     [ -s "$WORK/gpu_memory.txt" ] && peak=$(grep -E '^[0-9]+$' "$WORK/gpu_memory.txt" | sort -n | tail -1)
     {
-        echo "vLLM check of commit $commit, $(date -u +%FT%TZ): $((SECONDS - DEADLINE + budget)) s of a $budget s" \
-            "budget${peak:+; peak GPU memory in use $((peak / 1024)) GiB (nvidia-smi, all processes)}"
+        echo "vLLM check of commit $commit, $(date -u +%FT%TZ): $((SECONDS - DEADLINE + allowed)) s (deadline" \
+            "$allowed s)${peak:+; peak GPU memory in use $((peak / 1024)) GiB (nvidia-smi, all processes)}"
         echo
         $PY scripts/gpu_vllm_report.py table "$WORK/results.tsv" || cat "$WORK/results.tsv"
     } >"$out/summary.md"
