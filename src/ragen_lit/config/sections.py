@@ -142,6 +142,12 @@ class RolloutConfig:
     weights (model.dtype=float32 trainer.precision=bf16-mixed) set bfloat16: half the weight and KV-cache bytes per
     decode step. vllm: the sync casts the trainer's weights; hf: the engine decodes with a copy of the policy in this
     dtype, refreshed in place before every rollout (rollout/logprob_gap shows the difference it makes)"""
+    vllm_args: dict = field(default_factory=dict)
+    """vllm only: further vllm.LLM arguments, e.g. {enforce_eager: true} (no CUDA graphs or compilation: a faster start,
+    slower decoding) or {kv_cache_memory_bytes: 4294967296} (a KV cache of that size instead of what profiling the
+    GPU's free memory gives, which other processes on the GPU disturb). Those the engine sets from the keys above or
+    relies on are refused: model, gpu_memory_utilization, enable_sleep_mode, dtype, max_model_len, seed, logprobs_mode,
+    skip_tokenizer_init, distributed_executor_backend"""
 
 
 @dataclass

@@ -21,7 +21,8 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
     """The engine `rollout_cfg.engine` names (`RolloutConfig`, `ModelConfig` sections of the config), holding the
     weights in `rollout_cfg.dtype` (null: `model_cfg.dtype`): transformers generating with `policy` itself (or with
     a copy of it in `rollout_cfg.dtype`), its graph cache on the fast path unless `rollout_cfg.exact`, or vLLM
-    loading the weights at `model_path`; the trainer syncs the policy into either before every rollout."""
+    loading the weights at `model_path` (with `rollout_cfg.vllm_args` passed on to `vllm.LLM`); the trainer syncs the
+    policy into either before every rollout."""
     if rollout_cfg.engine == "hf":
         from ragen_lit.engines.hf import FAST_PATH, HFEngine
         from ragen_lit.models import DTYPES
@@ -44,5 +45,6 @@ def build_engine(rollout_cfg, model_cfg, *, policy: nn.Module, model_path: str, 
             dtype=rollout_cfg.dtype or model_cfg.dtype,
             max_model_len=rollout_cfg.max_context_tokens,
             seed=seed,
+            **rollout_cfg.vllm_args,
         )
     raise ValueError(f"rollout.engine={rollout_cfg.engine!r}; allowed: {', '.join(ENGINES)}")

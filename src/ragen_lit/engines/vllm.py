@@ -33,6 +33,12 @@ built, so this module imports without vLLM. The engine runs in this process
   logits when greedy), which is `Generation.logprobs` exactly when top-k and top-p are off (the
   training and validation settings). With top-k/top-p on they are the log-probs of the truncated,
   renormalised distribution the token was drawn from (logged once as a warning).
+- **Versions** (the `vllm` extra: 0.25 to 0.32): the engine calls only what both ends have, with the same meaning
+  (read in their sources), so no path depends on the version. Where they differ, nothing here relies on either:
+  0.32's `LLM.wake_up` returns whether every allocation is awake again (0.25's returns None); 0.32's worker reloads
+  weights under its config (`set_current_vllm_config`), which 0.25's reload of unquantized layers never reads; both
+  pause the scheduler at a sleep and resume it only once weights and KV cache are both awake, which `generate`
+  ensures before it samples.
 - **Stops.** `stop_token_ids` map to vLLM's own (`ignore_eos=True`, so only the ids asked for stop a
   sample, as in the HF engine). vLLM has no token-sequence stop, so multi-token `stop_sequences`
   are found after generation and the sample is cut right after the first one (`finish_reason`
