@@ -159,6 +159,14 @@ print(
 )
 needed = ("pytest", "hypothesis", "peft", "lightning", "mlflow", "gymnasium", "hydra", "omegaconf")
 print("missing: " + ", ".join(name for name in needed if importlib.util.find_spec(name) is None))
+# what starting an offline vllm.LLM imports beyond `import vllm` (its engine, structured output, the sampler's
+# flashinfer check): a wheel missing there fails here in seconds instead of in every later step
+for module in (
+    "vllm.entrypoints.llm",
+    "vllm.v1.structured_output.backend_xgrammar",
+    "vllm.v1.attention.backends.flashinfer",
+):
+    importlib.import_module(module)
 PYTHON
 }
 
