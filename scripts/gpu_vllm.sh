@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# vLLM on a GPU host that cannot reach a package index and takes uploads of limited size (an air-gapped node, a lease
-# that copies one folder per command): the wheels are fetched here, cut into parts, carried a part at a time into a
+# vLLM on a GPU host that cannot reach a package index and takes uploads of limited size (an air-gapped node, a
+# scheduler that copies one folder per job): the wheels are fetched here, cut into parts, carried a part at a time into a
 # staging folder on the host, and put together and installed there.
 #
 #   bash scripts/gpu_vllm.sh prepare [MIB]   here, with an index: the wheels of scripts/gpu_vllm_wheels.txt into
