@@ -16,9 +16,10 @@ import json
 import math
 import re
 import shutil
-import sqlite3
 import sys
 from pathlib import Path
+
+from ragen_lit.analysis.runs import STORE_NAME, load_runs, sqlite_uri
 
 # the import step's lines: `import: <what it found>` and `missing: <modules>`
 IMPORT_LINE = "import: "
@@ -65,27 +66,17 @@ def pytest_figures(log: Path) -> str:
     return "; ".join(parts + printed[-1:]) or _last_words(lines)
 
 
-def metric_history(store: Path, key: str) -> list[tuple[int, float]]:
-    """(step, value) of every logged value of `key` in an MLflow SQLite store, by step; [] without the store."""
-    if not store.is_file():
-        return []
-    try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-            rows = db.execute("SELECT step, value FROM metrics WHERE key = ? ORDER BY step, timestamp", (key,))
-            return [(int(step), float(value)) for step, value in rows]
-    except sqlite3.Error:
-        return []
-
-
 def fit_curves(work: Path) -> dict:
     """The check's fit: its validation success and log-prob gap by iteration, its run.json's summary."""
-    store = work / "fit" / "mlruns.db"
+    store = work / "fit" / STORE_NAME
+    fits = load_runs([sqlite_uri(store)]) if store.is_file() else []
+    logged = fits[-1].metrics if fits else {}
     runs = sorted((work / "fit").glob("*/run.json"))
     record = _json(runs[-1]) if runs else None
     return {
-        "val_success": metric_history(store, "val/success"),
-        "logprob_gap": metric_history(store, "rollout/logprob_gap"),
-        "rollout_success": metric_history(store, "rollout/success"),
+        "val_success": logged.get("val/success", []),
+        "logprob_gap": logged.get("rollout/logprob_gap", []),
+        "rollout_success": logged.get("rollout/success", []),
         "summary": ((record or {}).get("finished") or {}).get("summary"),
         "run": str(runs[-1].parent) if runs else None,
     }

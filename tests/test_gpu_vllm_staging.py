@@ -166,16 +166,16 @@ case "$*" in
 esac
 """
 
-# the fit's MLflow store as the stand-in leaves it: the metrics table of MLflow's SQLite schema, iterations 0-10
-METRICS = """import sqlite3, sys
-db = sqlite3.connect(sys.argv[1])
-columns = "key TEXT, value REAL, timestamp INTEGER, run_uuid TEXT, step INTEGER, is_nan INTEGER"
-db.execute(f"CREATE TABLE metrics ({columns})")
+# the fit's MLflow store as the stand-in leaves it: one run's metrics, iterations 0-10
+METRICS = """import sys
+from mlflow.tracking import MlflowClient
+client = MlflowClient(tracking_uri=f"sqlite:///{sys.argv[1]}")
+run = client.create_run(client.create_experiment("fit")).info.run_id
 rows = [("val/success", 0.40, 0), ("val/success", 0.45, 10)]
 rows += [("rollout/logprob_gap", 0.001 * (1 + i % 2), i) for i in range(1, 11)]
 rows += [("rollout/success", 0.3, i) for i in range(1, 11)]
-db.executemany("INSERT INTO metrics VALUES (?, ?, 0, 'run', ?, 0)", rows)
-db.commit()
+for key, value, step in rows:
+    client.log_metric(run, key, value, step=step)
 """
 
 
