@@ -301,7 +301,8 @@ class DiagnosticsConfig:
     max_tokens_per_forward: int = checked(0, ge=0, auto_or_ge=64)
     """memory bound of the cross-scorer: tokens per forward (with attention=varlen the rows' real tokens, and a prompt
     group's prefix tokens; otherwise padded tokens, each with a copy of its prompt's cached keys); 0 = auto: 8192 on
-    CPU; on a GPU what 1/20 of its memory holds in key/value copies, at most 262144"""
+    CPU; on a GPU what 1/20 of the memory the run may take there (the card, or its trainer.gpu_memory_fraction
+    share) holds in key/value copies, at most 262144"""
     attention: str = checked("varlen", choices=SCORER_ATTENTION)
     """the cross-scorer's attention: varlen (rows packed end to end, no padding, each over its prompt's prefix read
     once and its own tokens: one Triton kernel on a GPU in bf16/fp16, otherwise two variable-length attentions merged

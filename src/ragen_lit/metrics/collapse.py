@@ -87,25 +87,27 @@ def kv_bytes_per_token(config, element_size: int) -> int:
     return 2 * config.get_text_config(decoder=True).num_hidden_layers * kv_heads * head_dim * element_size
 
 
-def gpu_tokens_per_forward(total_memory: int, kv_bytes: int) -> int:
-    """The auto bound on a GPU: padded tokens whose cache copies take 1/20 of the card, within
-    [8192, 262144]. An H100 and the Qwen2.5-0.5B shape (12 KiB per token) get 262144, where the bench's
-    diagnostics iteration took 4.8 s against 6.3 s at 65536 (an H100, commit 0d28cb1)."""
-    return int(min(262144, max(8192, total_memory // 20 // kv_bytes)))
+def gpu_tokens_per_forward(allowed_memory: int, kv_bytes: int) -> int:
+    """The auto bound on a GPU: padded tokens whose cache copies take 1/20 of the memory this process may
+    allocate there, within [8192, 262144]. An H100 and the Qwen2.5-0.5B shape (12 KiB per token) get 262144,
+    where the bench's diagnostics iteration took 4.8 s against 6.3 s at 65536 (an H100, commit 0d28cb1)."""
+    return int(min(262144, max(8192, allowed_memory // 20 // kv_bytes)))
 
 
 def tokens_per_forward(policy, max_tokens_per_forward: int) -> int:
     """The cross-scorer's memory bound (`diagnostics.max_tokens_per_forward`, also `diagnose`'s): a set value,
-    or for 0 (auto) 8192 on a CPU and `gpu_tokens_per_forward` of the card and model on a GPU (where small
-    forwards, each over a copy of a ~900-token prompt cache, are bound by kernel launches and Python, not by
-    the GPU)."""
+    or for 0 (auto) 8192 on a CPU and `gpu_tokens_per_forward` of the model and the memory this process may
+    allocate on its GPU: the card's, or the share `trainer.gpu_memory_fraction` caps it at (runs sharing a card
+    under `sweep --devices 0,0,0`). Small forwards, each over a copy of a ~900-token prompt cache, are bound by
+    kernel launches and Python, not by the GPU."""
     if max_tokens_per_forward:
         return max_tokens_per_forward
     param = next(policy.parameters())
     if param.device.type != "cuda":
         return 8192
     total = torch.cuda.get_device_properties(param.device).total_memory
-    return gpu_tokens_per_forward(total, kv_bytes_per_token(policy.config, param.element_size()))
+    allowed = int(total * torch.cuda.get_per_process_memory_fraction(param.device))
+    return gpu_tokens_per_forward(allowed, kv_bytes_per_token(policy.config, param.element_size()))
 
 
 def _mark(device: torch.device):
