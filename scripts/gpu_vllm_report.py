@@ -19,7 +19,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from ragen_lit.analysis.runs import STORE_NAME, load_runs, sqlite_uri
+from ragen_lit.analysis.runs import load_runs
+from ragen_lit.run.store import STORE_NAME, sqlite_uri
 
 # the import step's lines: `import: <what it found>` and `missing: <modules>`
 IMPORT_LINE = "import: "

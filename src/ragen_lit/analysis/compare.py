@@ -25,20 +25,18 @@ from ragen_lit.analysis.compare_columns import COLUMNS, DIFF_COLUMN, Column, cho
 from ragen_lit.analysis.plots import write_figures
 from ragen_lit.analysis.predictors import check_predictor_options, predictors_heading, predictors_report
 from ragen_lit.analysis.runs import (
-    STORE_NAME,
     RunRecord,
     find_stores,
     is_evaluation,
     label_runs,
     load_runs,
     select_runs,
-    sqlite_path,
     store_folder,
 )
 from ragen_lit.analysis.stats import Difference, Summary, summarize, welch_difference
 from ragen_lit.analysis.tracking import log_comparison
 from ragen_lit.errors import ConfigError
-from ragen_lit.run.store import check_sqlite_database
+from ragen_lit.run.store import STORE_NAME, check_sqlite_database, sqlite_path
 
 FORMATS = {"markdown": "md", "csv": "csv", "json": "json"}  # format: file suffix
 CONFIDENCE = 0.95

@@ -1,7 +1,9 @@
 """Find MLflow stores and load their runs into small typed records.
 
-A sweep writes one sqlite store per run (`<sweep>/<point>-seed<k>/mlruns.db`: one writer per database, as
-sqlite locks under many), so a comparison reads every `**/mlruns.db` under the folders it is given.
+A comparison reads every `**/mlruns.db` under the folders it is given: a sweep's one store (`<sweep>/mlruns.db`, which
+its runs write through the sweep's MLflow server), the stores of runs that keep their own
+(`<sweep>/<point>-seed<k>/mlruns.db`: sweeps sent to other machines, and sweeps from before the shared store) and a
+plain run's.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ragen_lit.errors import ConfigError
+from ragen_lit.run.store import STORE_NAME, sqlite_path, sqlite_uri
 
-STORE_NAME = "mlruns.db"
 # the tag that marks `compare`'s own run, so a second comparison does not read the first one as a run
 ROLE_TAG = "ragen_lit.role"
 COMPARE_ROLE = "compare"
@@ -37,16 +39,6 @@ class RunRecord:
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, History] = field(default_factory=dict)
-
-
-def sqlite_uri(path: Path) -> str:
-    return f"sqlite:///{path.resolve()}"
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """A sqlite store's database file; None for a tracking server."""
-    prefix = "sqlite:///"
-    return Path(uri[len(prefix) :].split("?")[0]) if uri.startswith(prefix) else None
 
 
 def store_folder(uri: str) -> Path | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ragen_lit.analysis.runs import ROLE_TAG
 from ragen_lit.errors import RunError
-from ragen_lit.run.store import STORE_NAME, check_sqlite_store
+from ragen_lit.run.store import STORE_NAME, check_sqlite_store, sqlite_uri
 
 ARTIFACTS = "artifacts"
 SEARCH_PAGE = 1000
@@ -34,7 +34,7 @@ def store_path(sweep: Path) -> Path:
 
 
 def store_uri(sweep: Path) -> str:
-    return f"sqlite:///{store_path(sweep)}"
+    return sqlite_uri(store_path(sweep))
 
 
 def run_store(folder: Path, began: bool, shared: bool) -> str | None:

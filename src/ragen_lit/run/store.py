@@ -29,13 +29,30 @@ SERVER_TIMEOUT_S = 10
 """how long a tracking server may take to answer its health check"""
 
 
+def sqlite_uri(path: Path) -> str:
+    """The tracking URI of the sqlite store in the file `path` (made absolute)."""
+    return f"{_SQLITE_PREFIX}{path.resolve()}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of an sqlite store's `uri`; None for any other kind of store (a tracking server)."""
+    path = uri[len(_SQLITE_PREFIX) :].split("?")[0] if uri.startswith(_SQLITE_PREFIX) else ""
+    return Path(path) if path else None
+
+
+def default_store(logging: LoggingConfig) -> Path:
+    """The sqlite file a run without `logging.tracking_uri` writes: `STORE_NAME` in `logging.output_dir`."""
+    return Path(logging.output_dir).resolve() / STORE_NAME
+
+
 def store_uri(logging: LoggingConfig) -> str:
-    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir`."""
+    """The store that holds the run: `logging.tracking_uri`, or the sqlite file in `logging.output_dir` (its folder
+    made)."""
     if logging.tracking_uri:
         return logging.tracking_uri
-    store = Path(logging.output_dir).resolve() / STORE_NAME
+    store = default_store(logging)
     store.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store}"
+    return sqlite_uri(store)
 
 
 def tracking_uri(logging: LoggingConfig) -> str:
@@ -114,10 +131,9 @@ def check_sqlite_database(path: Path, key: str, mode: str = "ro") -> None:
 def sqlite_store(logging: LoggingConfig) -> tuple[Path, str] | None:
     """(file, the key that names it) of an sqlite tracking store; None for any other kind of store."""
     if logging.tracking_uri is None:
-        return Path(logging.output_dir).resolve() / STORE_NAME, f"logging.output_dir={logging.output_dir!r}"
-    uri = logging.tracking_uri
-    path = uri[len(_SQLITE_PREFIX) :].split("?")[0] if uri.startswith(_SQLITE_PREFIX) else ""
-    return (Path(path), f"logging.tracking_uri={uri!r}") if path else None
+        return default_store(logging), f"logging.output_dir={logging.output_dir!r}"
+    path = sqlite_path(logging.tracking_uri)
+    return (path, f"logging.tracking_uri={logging.tracking_uri!r}") if path else None
 
 
 def check_server(url: str, key: str) -> None:
