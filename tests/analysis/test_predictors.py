@@ -1,5 +1,6 @@
 """Early metrics as predictors of final success (Fig. 8): Spearman's ρ by hand on the hand-made sweep."""
 
+import itertools
 import math
 import shutil
 from dataclasses import replace
@@ -38,8 +39,22 @@ def test_spearman_by_hand_with_ties():
     # rho = sum(dx dy) / sqrt(sum dx^2 sum dy^2) = 12 / sqrt(16 * 17.5)
     rho, p, n = spearman([2, 3, 4, 2, 3, 4], [0.2, 0.4, 0.6, 0.5, 0.7, 0.9])
     assert n == 6 and rho == pytest.approx(12 / math.sqrt(16 * 17.5))
+    # exact p: the pairings of y's ranks with x's whose |rho| reaches the observed one, 128 of the 6! = 720
+    x_ranks, y_ranks = np.array([1.5, 3.5, 5.5, 1.5, 3.5, 5.5]), [1, 2, 4, 3, 5, 6]
+    reach = sum(abs(np.corrcoef(x_ranks, pairing)[0, 1]) >= rho - 1e-9 for pairing in itertools.permutations(y_ranks))
+    assert reach == 128 and p == pytest.approx(128 / 720)
+
+
+def test_spearman_p_is_exact_up_to_nine_runs_and_the_t_test_beyond():
+    # three runs in the same order: rho = 1, reached by 2 of the 3! orderings (1, 2, 3 and 3, 2, 1); the t-test says 0
+    assert spearman([1, 2, 3], [10, 20, 30])[:2] == (pytest.approx(1.0), pytest.approx(1 / 3))
+    # nine runs, the first two swapped: rho = 1 - 6 * 2 / (9 * 80); 1 - 6 * 2 / 720 = 59/60
+    rho, p, n = spearman(list(range(9)), [1, 0, 2, 3, 4, 5, 6, 7, 8])
+    assert n == 9 and rho == pytest.approx(59 / 60) and p == pytest.approx(spearman_p(59 / 60, 9))
+    # ten runs: the t-test on 8 degrees of freedom
+    rho, p, n = spearman(list(range(10)), [1, 0, 2, 3, 4, 5, 6, 7, 9, 8])
     t = rho * math.sqrt((n - 2) / (1 - rho**2))
-    assert p == pytest.approx(2 * student_t.sf(t, n - 2))
+    assert n == 10 and p == pytest.approx(2 * student_t.sf(t, n - 2))
 
 
 def test_spearman_drops_missing_pairs_and_needs_three_and_spread():
@@ -69,7 +84,7 @@ def test_compare_prints_and_writes_the_predictor_table(sweep, tmp_path, capsys):
     assert main(["compare", str(copy), "--predictors-at", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| iteration | metric | Spearman ρ with final val success | p | runs |" in printed
-    assert "| 2 | token entropy | +0.72 | 0.109 | 6 |" in printed
+    assert "| 2 | token entropy | +0.72 | 0.178 | 6 |" in printed
     assert "MI z-score" not in printed  # logged by no run: no row
     assert (out / "predictors.md").read_text() in printed
 
@@ -79,7 +94,7 @@ def test_predictors_at_every_iteration(sweep, tmp_path, capsys):
     copy = shutil.copytree(sweep, tmp_path / "sweep")
     assert main(["compare", str(copy), "--predictors-at", "all", "--out", str(tmp_path / "out")]) == 0
     table = (tmp_path / "out" / "predictors.md").read_text()
-    assert "| 2 | token entropy | +0.72 | 0.109 | 6 |" in table
+    assert "| 2 | token entropy | +0.72 | 0.178 | 6 |" in table
     # iteration 1: entropy 3.0 in every run: constant, no correlation, six runs
     assert "| 1 | token entropy | – | – | 6 |" in table
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:]] == sorted(
@@ -159,8 +174,13 @@ def five():
 
 
 def spearman_p(rho: float, n: int) -> float:
-    """The two-sided p of the t-test of ρ = 0 on n - 2 degrees of freedom."""
-    return 2 * student_t.sf(abs(rho) * math.sqrt((n - 2) / (1 - rho**2)), n - 2)
+    """The exact two-sided p of ρ = 0 for n runs without ties: the share of the n! orderings of n ranks whose ρ
+    (1 - 6 Σd² / (n (n² - 1))) is at least |ρ| away from 0."""
+    reach = 0
+    for order in itertools.permutations(range(n)):
+        r = 1 - 6 * sum((i - j) ** 2 for i, j in enumerate(order)) / (n * (n * n - 1))
+        reach += abs(r) >= abs(rho) - 1e-9
+    return reach / math.factorial(n)
 
 
 def test_success_target_is_the_last_validation_or_the_mean_of_the_later_ones():
@@ -308,7 +328,7 @@ def test_the_bootstrap_table_has_a_row_per_iteration_with_both_predictors_in_fou
     text = predictors_report(five, [1, 6], target_from=10, window=2)
     # iteration 1: one point up to it, fewer than the window: no rows, no bootstrap row
     assert "| 1 |" not in text
-    assert "| 6 | MI z-score (trajectory) | +1.00 | 0.000 | 5 |" in text
+    assert "| 6 | MI z-score (trajectory) | +1.00 | 0.017 | 5 |" in text
     assert f"| 6 | token entropy | +0.30 | {spearman_p(0.3, 5):.3f} | 5 |" in text
     predictors, bootstrap = text.split("\n\n")
     assert bootstrap.splitlines()[0] == (
@@ -350,10 +370,14 @@ def test_compare_with_a_later_target_and_a_window_on_the_sweep(sweep, tmp_path, 
         "| iteration | metric | Spearman ρ with mean val success from step 1 | p | runs |"
     ) in printed
     assert "| 1 |" not in printed
-    assert "| 2 | token entropy | +0.72 | 0.109 | 6 |" in printed  # 12 / sqrt(16 * 17.5), as in the table above
+    assert "| 2 | token entropy | +0.72 | 0.178 | 6 |" in printed  # 12 / sqrt(16 * 17.5), as in the table above
     # x ranks 1.5 3.5 5 1.5 3.5, y ranks 1 2 4 3 5: sum dx dy = 5.5, sum dx^2 = 9, sum dy^2 = 10
     rho = 5.5 / math.sqrt(90)
-    assert f"| 2 | MI retrieval acc | +{rho:.2f} | {spearman_p(rho, 5):.3f} | 5 |" in printed
+    reach = sum(
+        abs(np.corrcoef([1.5, 3.5, 5, 1.5, 3.5], pairing)[0, 1]) >= rho - 1e-9
+        for pairing in itertools.permutations([1, 2, 4, 3, 5])
+    )
+    assert f"| 2 | MI retrieval acc | +{rho:.2f} | {reach / 120:.3f} | 5 |" in printed
     assert "Iteration" not in printed  # no run logged the trajectory MI z-score: no bootstrap line
     assert (out / "predictors.md").read_text() in printed
 
@@ -395,7 +419,7 @@ def test_compare_prints_the_bootstrap_table_under_the_predictors(five_stores, tm
     options = ["--predictors-at", "6", "--predictors-target", "10", "--predictors-window", "2", "--out", str(out)]
     assert main(["compare", str(copy), *options]) == 0
     printed = capsys.readouterr().out
-    assert "| 6 | MI z-score (trajectory) | +1.00 | 0.000 | 5 |\n| 6 | token entropy | +0.30 |" in printed
+    assert "| 6 | MI z-score (trajectory) | +1.00 | 0.017 | 5 |\n| 6 | token entropy | +0.30 |" in printed
     row = [line for line in printed.splitlines() if line.startswith("| 6 | +0.70 | [")]
     assert len(row) == 1
     low, high = (float(v) for v in row[0].split(" | ")[2].strip("[]").split(", "))
