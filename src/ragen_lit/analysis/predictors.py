@@ -162,11 +162,11 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]
     return float(result.statistic), p, len(pairs)
 
 
-def _rank_correlation(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Pearson correlation of rank vectors along `axis` (Spearman's ρ of the values they rank)."""
-    u = u - u.mean(axis=axis, keepdims=True)
-    v = v - v.mean(axis=axis, keepdims=True)
-    return (u * v).sum(axis=axis) / np.sqrt((u * u).sum(axis=axis) * (v * v).sum(axis=axis))
+def _rank_correlation(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Pearson correlation of rank vectors along the last axis (Spearman's ρ of the values they rank)."""
+    u = u - u.mean(axis=-1, keepdims=True)
+    v = v - v.mean(axis=-1, keepdims=True)
+    return (u * v).sum(axis=-1) / np.sqrt((u * u).sum(axis=-1) * (v * v).sum(axis=-1))
 
 
 def exact_rank_p(x: Sequence[float], y: Sequence[float]) -> float:

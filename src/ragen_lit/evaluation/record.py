@@ -62,7 +62,7 @@ def check_report_path(path: Path, key: str) -> None:
 def store_of(logging: LoggingConfig, run_json: Path | None, overrides: list[str]) -> str:
     """The MLflow tracking URI of the evaluation (module docstring); `run_json`: the evaluated run's record, if any.
     Makes no folder: the default store's is made when the evaluation is logged."""
-    from ragen_lit.run.store import STORE_NAME, sqlite_uri
+    from ragen_lit.run.store import default_store, sqlite_uri
 
     explicit = any(o.split("=", 1)[0] == "logging.tracking_uri" for o in overrides)
     if run_json is not None and not explicit:
@@ -70,7 +70,7 @@ def store_of(logging: LoggingConfig, run_json: Path | None, overrides: list[str]
             return json.loads(run_json.read_text())["tracking_uri"]
         except (OSError, ValueError, KeyError) as err:
             raise ConfigError(f"--model: {run_json} does not name the run's MLflow store ({err})") from None
-    return logging.tracking_uri or sqlite_uri(Path(logging.output_dir) / STORE_NAME)
+    return logging.tracking_uri or sqlite_uri(default_store(logging))
 
 
 def check_store(uri: str) -> None:
